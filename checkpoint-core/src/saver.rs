@@ -1,0 +1,682 @@
+//! The [`Saver`] trait: the storage contract every backend and wrapper implements.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::{BoxStream, TryStreamExt};
+use serde_json::{Map, Value};
+
+use crate::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, Claim,
+    Error, Lease, Result, TypedValue,
+};
+
+/// Optional operations a saver implements. A saver that does not advertise one returns
+/// [`Error::Unsupported`] when it is called.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// [`Saver::copy_thread`].
+    pub copy_thread: bool,
+    /// [`Saver::prune`].
+    pub prune: bool,
+    /// [`Saver::delete_for_runs`].
+    pub delete_for_runs: bool,
+    /// [`PutMode::CompareAndSet`] in [`Saver::put`].
+    pub compare_and_set: bool,
+    /// Thread leases with fencing tokens: [`Saver::acquire_lease`], [`Saver::renew_lease`],
+    /// [`Saver::release_lease`] and the `fence` options of puts and writes.
+    pub leases: bool,
+    /// The idempotency ledger: [`Saver::claim`], [`Saver::complete_claim`],
+    /// [`Saver::abandon_claim`].
+    pub ledger: bool,
+}
+
+impl Capabilities {
+    /// Nothing optional.
+    pub const fn none() -> Self {
+        Self {
+            copy_thread: false,
+            prune: false,
+            delete_for_runs: false,
+            compare_and_set: false,
+            leases: false,
+            ledger: false,
+        }
+    }
+
+    /// Every optional operation.
+    pub const fn all() -> Self {
+        Self {
+            copy_thread: true,
+            prune: true,
+            delete_for_runs: true,
+            compare_and_set: true,
+            leases: true,
+            ledger: true,
+        }
+    }
+
+    /// Sets `copy_thread`.
+    pub const fn with_copy_thread(mut self, yes: bool) -> Self {
+        self.copy_thread = yes;
+        self
+    }
+
+    /// Sets `prune`.
+    pub const fn with_prune(mut self, yes: bool) -> Self {
+        self.prune = yes;
+        self
+    }
+
+    /// Sets `delete_for_runs`.
+    pub const fn with_delete_for_runs(mut self, yes: bool) -> Self {
+        self.delete_for_runs = yes;
+        self
+    }
+
+    /// Sets `compare_and_set`.
+    pub const fn with_compare_and_set(mut self, yes: bool) -> Self {
+        self.compare_and_set = yes;
+        self
+    }
+
+    /// Sets `leases`.
+    pub const fn with_leases(mut self, yes: bool) -> Self {
+        self.leases = yes;
+        self
+    }
+
+    /// Sets `ledger`.
+    pub const fn with_ledger(mut self, yes: bool) -> Self {
+        self.ledger = yes;
+        self
+    }
+}
+
+/// What [`Saver::list`] returns, and in which order.
+///
+/// Build with [`ListOptions::new`] (global: every thread) or [`ListOptions::thread`] and the
+/// `with_*`/builder methods.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ListOptions {
+    /// Only this thread (`None`: every thread).
+    pub thread_id: Option<String>,
+    /// Only this namespace (`None`: every namespace).
+    pub checkpoint_ns: Option<String>,
+    /// Only this checkpoint id.
+    pub checkpoint_id: Option<String>,
+    /// Metadata equality filter: every key must be present with an equal value
+    /// (see [`json_equal`](crate::json_equal)).
+    pub filter: Map<String, Value>,
+    /// Only checkpoints whose id is strictly less than this id.
+    pub before: Option<String>,
+    /// At most this many tuples.
+    pub limit: Option<usize>,
+}
+
+impl ListOptions {
+    /// Every checkpoint of every thread.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every checkpoint of `thread_id`, all namespaces.
+    pub fn thread(thread_id: impl Into<String>) -> Self {
+        Self {
+            thread_id: Some(thread_id.into()),
+            ..Self::default()
+        }
+    }
+
+    /// The checkpoints a config addresses: its thread and namespace, and its checkpoint id if
+    /// it has one (LangGraph's `list(config)`).
+    pub fn from_config(config: &CheckpointConfig) -> Self {
+        Self {
+            thread_id: Some(config.thread_id.clone()),
+            checkpoint_ns: Some(config.checkpoint_ns.clone()),
+            checkpoint_id: config.checkpoint_id.clone(),
+            ..Self::default()
+        }
+    }
+
+    /// Restricts to one namespace.
+    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
+        self.checkpoint_ns = Some(ns.into());
+        self
+    }
+
+    /// Restricts to one checkpoint id.
+    pub fn checkpoint_id(mut self, id: impl Into<String>) -> Self {
+        self.checkpoint_id = Some(id.into());
+        self
+    }
+
+    /// Adds a metadata equality condition.
+    pub fn filter(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.filter.insert(key.into(), value.into());
+        self
+    }
+
+    /// Replaces the whole metadata filter.
+    pub fn with_filter(mut self, filter: Map<String, Value>) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// Only ids strictly below `checkpoint_id`.
+    pub fn before(mut self, checkpoint_id: impl Into<String>) -> Self {
+        self.before = Some(checkpoint_id.into());
+        self
+    }
+
+    /// At most `n` tuples.
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    /// Whether a stored checkpoint at this address with this metadata passes every condition
+    /// except `limit`. Backends that cannot push a condition down use this to check it.
+    pub fn admits(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        metadata: &CheckpointMetadata,
+    ) -> bool {
+        self.thread_id.as_deref().is_none_or(|t| t == thread_id)
+            && self
+                .checkpoint_ns
+                .as_deref()
+                .is_none_or(|n| n == checkpoint_ns)
+            && self
+                .checkpoint_id
+                .as_deref()
+                .is_none_or(|i| i == checkpoint_id)
+            && self.before.as_deref().is_none_or(|b| checkpoint_id < b)
+            && metadata.matches(&self.filter)
+    }
+}
+
+/// How [`Saver::put`] treats the current head of the thread and namespace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PutMode {
+    /// Store unconditionally (LangGraph's behavior).
+    #[default]
+    Plain,
+    /// Store only if the parent named by the config is still the head (latest checkpoint) of
+    /// its thread and namespace, or, for a config without checkpoint id, only if the namespace
+    /// is empty. Otherwise fail with [`Error::Conflict`].
+    CompareAndSet,
+}
+
+/// Options of [`Saver::put`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PutOptions {
+    /// Plain or compare-and-set.
+    pub mode: PutMode,
+    /// A lease's fencing token: the put is refused with [`Error::StaleFence`] unless it is
+    /// the thread's current token (see [`Lease`]).
+    pub fence: Option<u64>,
+}
+
+impl PutOptions {
+    /// A plain put.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A compare-and-set put.
+    pub fn compare_and_set() -> Self {
+        Self {
+            mode: PutMode::CompareAndSet,
+            fence: None,
+        }
+    }
+
+    /// Fences the put with a lease's token.
+    pub fn fence(mut self, token: u64) -> Self {
+        self.fence = Some(token);
+        self
+    }
+}
+
+/// Options of [`Saver::put_writes`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PutWritesOptions {
+    /// The task's path in the graph (LangGraph's `task_path`).
+    pub task_path: String,
+    /// A lease's fencing token: the call is refused with [`Error::StaleFence`] unless it is
+    /// the thread's current token (see [`Lease`]).
+    pub fence: Option<u64>,
+}
+
+impl PutWritesOptions {
+    /// No task path.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the task path.
+    pub fn task_path(mut self, task_path: impl Into<String>) -> Self {
+        self.task_path = task_path.into();
+        self
+    }
+
+    /// Fences the call with a lease's token.
+    pub fn fence(mut self, token: u64) -> Self {
+        self.fence = Some(token);
+        self
+    }
+}
+
+/// What [`Saver::prune`] keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PruneStrategy {
+    /// Keep only the latest checkpoint of each namespace.
+    KeepLatest,
+    /// Keep the latest `n` checkpoints of each namespace (`0` deletes everything).
+    KeepLast(usize),
+    /// Delete every checkpoint of the thread.
+    DeleteAll,
+}
+
+impl PruneStrategy {
+    /// How many checkpoints of each namespace the strategy keeps (`0`: none).
+    pub fn keep_per_namespace(&self) -> usize {
+        match self {
+            PruneStrategy::KeepLatest => 1,
+            PruneStrategy::KeepLast(n) => *n,
+            PruneStrategy::DeleteAll => 0,
+        }
+    }
+}
+
+/// The storage contract for checkpoints.
+///
+/// # Contract
+///
+/// A saver stores [`Checkpoint`]s addressed by `(thread_id, checkpoint_ns, checkpoint_id)`,
+/// each with its [`CheckpointMetadata`], its parent id, and the pending writes recorded
+/// against it. Channel values are stored per `(thread_id, checkpoint_ns, channel, version)`:
+/// once a version of a channel is stored it is never stored again, and every checkpoint that
+/// names that version shares the stored value.
+///
+/// * **Addressing.** `thread_id` must be non-empty ([`Error::InvalidInput`] otherwise).
+///   `checkpoint_ns` `""` is the root graph. Threads, and namespaces within a thread, are
+///   fully isolated: no operation on one reads or changes another, except `list` without a
+///   thread or namespace, `delete_thread` (all namespaces of its thread) and the extended
+///   operations that name several threads. Identifiers are data: any string a backend accepts
+///   is stored and matched exactly (no escaping, globbing, trimming or case folding); a
+///   string it cannot store (for example NUL or a length beyond its key limit) is rejected
+///   with [`Error::InvalidInput`] and nothing is written.
+/// * **Order.** "Latest" means the greatest checkpoint id of the thread and namespace. Ids are
+///   compared as strings; [`new_checkpoint_id`](crate::new_checkpoint_id) makes string order
+///   equal creation order, and `put` rejects a child whose id is not greater than its parent's.
+/// * **Exactness.** A checkpoint read back equals the one put (every field; values byte for
+///   byte with their type tags) except that `channel_values` holds exactly the values of the
+///   channels in `channel_versions` whose stored value is not removed; metadata reads back
+///   exactly as put. Keys in [`CheckpointConfig::extra`] are never persisted.
+/// * **Atomicity.** Each `put` and each `put_writes` is atomic: a reader sees all of it or
+///   none of it, also after a crash. A returned `Ok` means durable as far as the backend
+///   provides durability.
+/// * **Concurrency.** A saver is shared by many tasks (`Send + Sync`); every operation is safe
+///   to call concurrently. [`PutMode::CompareAndSet`] lets racing writers on one thread detect
+///   each other: exactly one of several puts naming the same parent wins.
+/// * **Errors.** Input the contract rejects gives [`Error::InvalidInput`]; an optional
+///   operation the saver does not advertise in [`capabilities`](Saver::capabilities) gives
+///   [`Error::Unsupported`]; backend failures give [`Error::Unavailable`] (transient) or
+///   [`Error::Backend`]. No operation panics on any input, and a failed operation leaves the
+///   stored data as it was.
+///
+/// The crate `conformance-tests` is the executable form of this contract.
+#[async_trait]
+pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
+    /// The optional operations this saver implements.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Reads one checkpoint.
+    ///
+    /// # Behavior
+    /// * With `checkpoint_id`: that checkpoint of the thread and namespace, or `None`.
+    /// * Without: the latest checkpoint of the thread and namespace, or `None` when it has none.
+    /// * The tuple's `config` carries thread, namespace and id; `parent_config` the parent's
+    ///   address (same thread and namespace) or `None`; `pending_writes` every write recorded
+    ///   against this checkpoint, ordered by `(task_path, task_id, idx)`.
+    /// * An empty `thread_id` is [`Error::InvalidInput`].
+    async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>>;
+
+    /// Streams checkpoints, newest first.
+    ///
+    /// # Behavior
+    /// * Yields the checkpoints that pass every condition of `options` (thread, namespace,
+    ///   checkpoint id, metadata filter, `before` as a strict upper bound on the id), at most
+    ///   `limit` of them, each as complete as [`get_tuple`](Saver::get_tuple) returns it.
+    /// * Order: by checkpoint id descending; ties (the same id in several threads or
+    ///   namespaces) by thread id descending, then namespace descending.
+    /// * The stream is lazy and pages through the store: a backend never loads a whole
+    ///   history into memory. Checkpoints written while the stream is consumed may or may not
+    ///   appear; none appears twice.
+    /// * Without `thread_id` it lists every thread ("global listing"); an unknown thread, or a
+    ///   filter nothing matches, yields an empty stream. Errors are yielded as stream items.
+    fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>>;
+
+    /// Stores a checkpoint and returns its address.
+    ///
+    /// # Behavior
+    /// * `config` names the thread and namespace; its `checkpoint_id`, if any, becomes the
+    ///   parent of the new checkpoint. The returned config is
+    ///   `(thread_id, checkpoint_ns, checkpoint.id)` with no `extra`.
+    /// * Values: only the channels named in `new_versions` are stored, each under its version
+    ///   from `new_versions` (which must equal the checkpoint's `channel_versions` entry). A
+    ///   channel in `new_versions` without a value in `channel_values` is stored as removed.
+    ///   A channel whose version is already stored is not stored again (the first value
+    ///   stays). Values of channels not in `new_versions` are not stored by this call: they
+    ///   load from the earlier put that stored their version.
+    /// * Putting the same checkpoint id again replaces its checkpoint, metadata and parent
+    ///   and keeps its pending writes: repeating a put is idempotent.
+    /// * Rejected with [`Error::InvalidInput`]: empty `thread_id` or checkpoint id; a parent
+    ///   id not less than the checkpoint id; a `new_versions` entry that disagrees with
+    ///   `channel_versions`.
+    /// * [`PutMode::CompareAndSet`]: stores only if the parent is the current head of the
+    ///   thread and namespace (for a config without id: the namespace is empty), checked and
+    ///   written atomically; otherwise [`Error::Conflict`] and nothing is written. Repeating a
+    ///   successful compare-and-set put (same id, same parent) succeeds again as long as that
+    ///   checkpoint is still the head.
+    /// * With [`PutOptions::fence`]: stores only if the token is the thread's current lease
+    ///   token, checked and written atomically; otherwise [`Error::StaleFence`] and nothing is
+    ///   written ([`Error::Unsupported`] when `leases` is not advertised).
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        options: PutOptions,
+    ) -> Result<CheckpointConfig>;
+
+    /// Records pending writes of task `task_id` against the checkpoint `config` addresses.
+    ///
+    /// # Behavior
+    /// * `config` must carry thread id and checkpoint id ([`Error::InvalidInput`] otherwise;
+    ///   this is checked before anything else, also for an empty `writes`).
+    /// * Writes are keyed by the checkpoint's address, not tied to a stored row: writes
+    ///   recorded before their checkpoint is put belong to it once it is. They are deleted
+    ///   with their checkpoint (by `delete_thread`, `prune`, `delete_for_runs`).
+    /// * Each write gets an index: its position in `writes`, or the fixed negative index of a
+    ///   special channel ([`SPECIAL_CHANNELS`](crate::SPECIAL_CHANNELS)).
+    /// * At most one write exists per `(checkpoint, task_id, idx)`. A call made only of
+    ///   special-channel writes replaces existing ones; any other call keeps an existing
+    ///   write and ignores the new one. Repeating a call is therefore idempotent.
+    /// * An empty `writes` is a no-op.
+    /// * With [`PutWritesOptions::fence`]: as for `put`, a stale token gives
+    ///   [`Error::StaleFence`] and nothing is written.
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(String, TypedValue)>,
+        task_id: &str,
+        options: PutWritesOptions,
+    ) -> Result<()>;
+
+    /// Deletes every checkpoint, value and pending write of a thread, in all namespaces.
+    /// Deleting an unknown thread (the empty thread id included: it can hold nothing) is a
+    /// no-op.
+    async fn delete_thread(&self, thread_id: &str) -> Result<()>;
+
+    /// Copies every checkpoint, value and pending write of `source` to `target`, keeping ids,
+    /// namespaces, parents, metadata and order. Entries that already exist in `target` at the
+    /// same address are kept, so a copy interrupted half-way can simply be repeated. An
+    /// empty `target` is [`Error::InvalidInput`]; otherwise an unknown or empty `source`, or
+    /// `source == target`, is a no-op. Optional
+    /// ([`Capabilities::copy_thread`]).
+    async fn copy_thread(&self, source: &str, target: &str) -> Result<()>;
+
+    /// Deletes old checkpoints of each thread, per namespace, according to `strategy`, with
+    /// the pending writes of deleted checkpoints (and, in a namespace where anything was
+    /// deleted, writes recorded for checkpoints that do not exist) and the values no
+    /// remaining checkpoint names. Kept checkpoints load exactly as before. Unknown threads and an empty list are
+    /// no-ops. Optional ([`Capabilities::prune`]).
+    async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()>;
+
+    /// Deletes every checkpoint whose metadata `run_id` is one of `run_ids`, in every thread
+    /// and namespace, with its pending writes (and, in a namespace where anything was
+    /// deleted, writes recorded for checkpoints that do not exist) and the values no
+    /// remaining checkpoint names.
+    /// An empty list is a no-op. Optional ([`Capabilities::delete_for_runs`]).
+    async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()>;
+
+    /// Grants `holder` the lease on `thread_id` for `ttl`, or returns `None` while another
+    /// holder's lease is live.
+    ///
+    /// # Behavior
+    /// * No lease, or an expired one: granted with a token greater than every token granted
+    ///   on this thread before.
+    /// * A live lease of the same `holder`: extended to `ttl`, same token.
+    /// * Tokens survive [`delete_thread`](Saver::delete_thread): a thread deleted and written
+    ///   again never hands out a token it handed out before.
+    /// * An empty `thread_id` or `holder`, or a zero `ttl`, is [`Error::InvalidInput`].
+    /// * Optional ([`Capabilities::leases`]).
+    async fn acquire_lease(
+        &self,
+        thread_id: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>>;
+
+    /// Extends a lease to `ttl` from now. Succeeds while `lease.token` is the thread's current
+    /// token (even after expiry, if nobody took the lease over); otherwise
+    /// [`Error::StaleFence`]. Optional ([`Capabilities::leases`]).
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease>;
+
+    /// Ends a lease so another holder can acquire it at once. A no-op when the token is no
+    /// longer current. The token stays spent. Optional ([`Capabilities::leases`]).
+    async fn release_lease(&self, lease: &Lease) -> Result<()>;
+
+    /// Claims an idempotency-ledger key for `ttl` (see [`Claim`]).
+    ///
+    /// # Behavior
+    /// * Unknown key, or a pending claim that expired or was abandoned:
+    ///   [`Claim::Acquired`] with a token greater than any before on this key.
+    /// * A live pending claim: [`Claim::Pending`]. A completed key: [`Claim::Completed`] with
+    ///   the recorded outcome, forever.
+    /// * Checked and recorded atomically: of any number of concurrent claims on a key, at
+    ///   most one is `Acquired`.
+    /// * Ledger keys are independent of threads: `delete_thread` does not touch them.
+    /// * An empty key or a zero `ttl` is [`Error::InvalidInput`]. Optional
+    ///   ([`Capabilities::ledger`]).
+    async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim>;
+
+    /// Records the outcome of the effect run under a claim, making the key
+    /// [`Claim::Completed`]. Succeeds while `token` is the key's current claim (even after
+    /// expiry, if nobody retook it), and again for the same token once completed (a retried
+    /// call); otherwise [`Error::StaleFence`] and nothing changes. Optional
+    /// ([`Capabilities::ledger`]).
+    async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()>;
+
+    /// Gives up a pending claim so the key can be claimed again at once (the effect failed
+    /// and may be retried). A no-op when `token` is not the key's current pending claim.
+    /// Optional ([`Capabilities::ledger`]).
+    async fn abandon_claim(&self, key: &str, token: u64) -> Result<()>;
+}
+
+/// Checks the arguments of [`Saver::acquire_lease`] as the contract requires.
+pub fn validate_lease_request(thread_id: &str, holder: &str, ttl: Duration) -> Result<()> {
+    if thread_id.is_empty() {
+        return Err(Error::invalid("lease on an empty thread id"));
+    }
+    if holder.is_empty() {
+        return Err(Error::invalid("lease holder is empty"));
+    }
+    if ttl.is_zero() {
+        return Err(Error::invalid("lease ttl is zero"));
+    }
+    Ok(())
+}
+
+/// Checks the arguments of [`Saver::claim`] as the contract requires.
+pub fn validate_claim_request(key: &str, ttl: Duration) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::invalid("ledger key is empty"));
+    }
+    if ttl.is_zero() {
+        return Err(Error::invalid("claim ttl is zero"));
+    }
+    Ok(())
+}
+
+/// Checks the arguments of [`Saver::put`] as the contract requires; backends call it first.
+pub fn validate_put(
+    config: &CheckpointConfig,
+    checkpoint: &Checkpoint,
+    new_versions: &ChannelVersions,
+) -> Result<()> {
+    config.require_thread()?;
+    if checkpoint.id.is_empty() {
+        return Err(Error::invalid("checkpoint has an empty id"));
+    }
+    if let Some(parent) = config.checkpoint_id.as_deref() {
+        if parent >= checkpoint.id.as_str() {
+            return Err(Error::invalid(format!(
+                "checkpoint id {:?} must be greater than its parent's {:?}",
+                checkpoint.id, parent
+            )));
+        }
+    }
+    for (channel, version) in new_versions {
+        match checkpoint.channel_versions.get(channel) {
+            Some(v) if v == version => {}
+            other => {
+                return Err(Error::invalid(format!(
+                    "new_versions[{channel:?}] = {version} but channel_versions has {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Conveniences on top of [`Saver`], for every saver.
+#[async_trait]
+pub trait SaverExt: Saver {
+    /// The checkpoint `config` addresses, without metadata and writes.
+    async fn get(&self, config: &CheckpointConfig) -> Result<Option<Checkpoint>> {
+        Ok(self.get_tuple(config).await?.map(|t| t.checkpoint))
+    }
+
+    /// Collects [`Saver::list`] into a vector (mind the size of what you list).
+    async fn list_all(&self, options: ListOptions) -> Result<Vec<CheckpointTuple>> {
+        self.list(options).try_collect().await
+    }
+
+    /// A compare-and-set [`Saver::put`].
+    async fn put_cas(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Result<CheckpointConfig> {
+        self.put(
+            config,
+            checkpoint,
+            metadata,
+            new_versions,
+            PutOptions::compare_and_set(),
+        )
+        .await
+    }
+}
+
+impl<S: Saver + ?Sized> SaverExt for S {}
+
+macro_rules! forward_saver {
+    ($ty:ty) => {
+        #[async_trait]
+        impl<S: Saver + ?Sized> Saver for $ty {
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            async fn get_tuple(
+                &self,
+                config: &CheckpointConfig,
+            ) -> Result<Option<CheckpointTuple>> {
+                (**self).get_tuple(config).await
+            }
+            fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
+                (**self).list(options)
+            }
+            async fn put(
+                &self,
+                config: &CheckpointConfig,
+                checkpoint: Checkpoint,
+                metadata: CheckpointMetadata,
+                new_versions: ChannelVersions,
+                options: PutOptions,
+            ) -> Result<CheckpointConfig> {
+                (**self)
+                    .put(config, checkpoint, metadata, new_versions, options)
+                    .await
+            }
+            async fn put_writes(
+                &self,
+                config: &CheckpointConfig,
+                writes: Vec<(String, TypedValue)>,
+                task_id: &str,
+                options: PutWritesOptions,
+            ) -> Result<()> {
+                (**self).put_writes(config, writes, task_id, options).await
+            }
+            async fn delete_thread(&self, thread_id: &str) -> Result<()> {
+                (**self).delete_thread(thread_id).await
+            }
+            async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
+                (**self).copy_thread(source, target).await
+            }
+            async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
+                (**self).prune(thread_ids, strategy).await
+            }
+            async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
+                (**self).delete_for_runs(run_ids).await
+            }
+            async fn acquire_lease(
+                &self,
+                thread_id: &str,
+                holder: &str,
+                ttl: Duration,
+            ) -> Result<Option<Lease>> {
+                (**self).acquire_lease(thread_id, holder, ttl).await
+            }
+            async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+                (**self).renew_lease(lease, ttl).await
+            }
+            async fn release_lease(&self, lease: &Lease) -> Result<()> {
+                (**self).release_lease(lease).await
+            }
+            async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
+                (**self).claim(key, ttl).await
+            }
+            async fn complete_claim(
+                &self,
+                key: &str,
+                token: u64,
+                outcome: TypedValue,
+            ) -> Result<()> {
+                (**self).complete_claim(key, token, outcome).await
+            }
+            async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
+                (**self).abandon_claim(key, token).await
+            }
+        }
+    };
+}
+
+forward_saver!(Arc<S>);
+forward_saver!(Box<S>);

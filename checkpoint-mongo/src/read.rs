@@ -1,0 +1,475 @@
+//! Reads: `get_tuple`, and `list` as a lazy keyset-paginated stream.
+//!
+//! A page costs a bounded number of queries whatever its size: one for the checkpoint
+//! documents, one aggregation for their values and pending writes together (`$unionWith`),
+//! and one more only when some value is chunked.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
+
+use checkpoint_core::{
+    CheckpointConfig, CheckpointTuple, Error, ListOptions, PendingWrite, Result, TypedValue,
+};
+
+use crate::codec::{self, CheckpointRow, Stored, WritesRow};
+use crate::error::MongoError;
+use crate::keys;
+use crate::saver::Inner;
+
+/// Large enough that a page's values and writes come back in one reply unless they exceed
+/// the 16 MiB reply limit.
+const BATCH: u32 = 100_000;
+/// Keys per values query: a page naming more values fetches them with several concurrent
+/// queries (a page of 10 W1 checkpoints names 21 values, a whole W1 history 41).
+pub(crate) const VALUE_BATCH: usize = 48;
+
+pub(crate) async fn get_tuple(
+    inner: &Inner,
+    config: &CheckpointConfig,
+) -> Result<Option<CheckpointTuple>> {
+    let thread_id = config.require_thread()?;
+    let ns = config.checkpoint_ns.as_str();
+    let head = match &config.checkpoint_id {
+        Some(id) => vec![doc! { "$match": {
+            "_id": keys::doc_id(&[thread_id, ns, id]),
+            "t": thread_id,
+        } }],
+        None => vec![
+            doc! { "$match": { "t": thread_id, "n": ns } },
+            doc! { "$sort": { "c": -1 } },
+            doc! { "$limit": 1 },
+        ],
+    };
+    let mut tuples = async {
+        let page = fetch_page(inner, head, 1, Some(thread_id)).await?;
+        load_tuples(inner, page).await
+    }
+    .await
+    .map_err(Error::from)?;
+    Ok(tuples.pop())
+}
+
+/// Runs a pipeline selecting checkpoint documents (at most `limit`) with their pending
+/// writes joined in (`$lookup` on the writes' address index, one output document per
+/// writes document so that no output document grows with the number of tasks).
+pub(crate) async fn fetch_page(
+    inner: &Inner,
+    mut pipeline: Vec<Document>,
+    limit: usize,
+    thread_id: Option<&str>,
+) -> Result<Vec<(CheckpointRow, Vec<WritesRow>)>, MongoError> {
+    let mut lookup = doc! {
+        "from": inner.names.writes.as_str(),
+        "localField": "_id",
+        "foreignField": "a",
+        "as": "pw",
+    };
+    // With the thread known, the join also names it, so on a sharded cluster it is routed
+    // to the one shard holding the thread's writes.
+    if let Some(t) = thread_id {
+        lookup.insert("pipeline", vec![doc! { "$match": { "t": t } }]);
+    }
+    pipeline.push(doc! { "$lookup": lookup });
+    pipeline.push(doc! { "$unwind": { "path": "$pw", "preserveNullAndEmptyArrays": true } });
+    pipeline.push(doc! { "$project": {
+        "mk": 0, "x": 0, "pw._id": 0, "pw.t": 0, "pw.n": 0, "pw.c": 0, "pw.x": 0,
+    } });
+    let mut cursor = inner
+        .checkpoints
+        .aggregate(pipeline)
+        .batch_size(u32::try_from(limit.saturating_mul(4).max(16)).unwrap_or(u32::MAX))
+        .await?;
+    let mut out: Vec<(CheckpointRow, Vec<WritesRow>)> = Vec::new();
+    let mut last_id: Option<Bson> = None;
+    while let Some(mut d) = cursor.try_next().await? {
+        let id = d.get("_id").cloned();
+        let writes = match d.remove("pw") {
+            Some(Bson::Document(w)) => Some(codec::writes_row(w)?),
+            None | Some(Bson::Null) => None,
+            Some(other) => {
+                return Err(MongoError::corrupt(
+                    "joined pending writes",
+                    format!("{other:?} is not a document"),
+                ));
+            }
+        };
+        if id.is_some() && id == last_id {
+            if let (Some(w), Some(last)) = (writes, out.last_mut()) {
+                last.1.push(w);
+            }
+            continue;
+        }
+        last_id = id;
+        out.push((codec::checkpoint_row(d)?, writes.into_iter().collect()));
+    }
+    Ok(out)
+}
+
+/// Assembles complete tuples for checkpoint rows and their joined pending writes: one query
+/// fetches every value they name (each value once, however many checkpoints name it; split
+/// into concurrent queries of at most [`VALUE_BATCH`] keys for very large pages), and one
+/// more runs only when some of those values are chunked.
+pub(crate) async fn load_tuples(
+    inner: &Inner,
+    page: Vec<(CheckpointRow, Vec<WritesRow>)>,
+) -> Result<Vec<CheckpointTuple>, MongoError> {
+    if page.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut writes: HashMap<String, Vec<WritesRow>> = HashMap::new();
+    let mut rows = Vec::with_capacity(page.len());
+    for (row, w) in page {
+        writes.insert(row.address(), w);
+        rows.push(row);
+    }
+    let mut value_keys: BTreeSet<String> = BTreeSet::new();
+    for row in &rows {
+        for (channel, version) in &row.checkpoint.channel_versions {
+            value_keys.insert(keys::doc_id(&[
+                &row.thread_id,
+                &row.ns,
+                channel,
+                &keys::version_key(version),
+            ]));
+        }
+    }
+    let mut values: HashMap<String, Stored> = HashMap::new();
+    let keys: Vec<String> = value_keys.into_iter().collect();
+    // The threads of the page route the query to their shards.
+    let threads: Vec<String> = rows
+        .iter()
+        .map(|r| r.thread_id.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let threads = &threads;
+    let batches = futures::future::try_join_all(keys.chunks(VALUE_BATCH).map(|batch| async move {
+        let docs: Vec<Document> = inner
+            .values
+            .find(doc! { "_id": { "$in": batch.to_vec() }, "t": { "$in": threads.clone() } })
+            .projection(doc! { "_id": 1, "ty": 1, "d": 1, "len": 1, "b": 1, "nc": 1 })
+            .batch_size(BATCH)
+            .await?
+            .try_collect()
+            .await?;
+        Ok::<_, MongoError>(docs)
+    }))
+    .await?;
+    for mut d in batches.into_iter().flatten() {
+        let id = codec::take_string(&mut d, "_id", "value document")?;
+        values.insert(id, codec::get_value(&mut d, "value document")?);
+    }
+
+    // Chunked values (of channels or of writes), fetched together.
+    let mut blobs: BTreeSet<(String, ObjectId)> = BTreeSet::new();
+    for row in &rows {
+        for (channel, version) in &row.checkpoint.channel_versions {
+            let key = keys::doc_id(&[
+                &row.thread_id,
+                &row.ns,
+                channel,
+                &keys::version_key(version),
+            ]);
+            if let Some(Stored::Chunked { blob, .. }) = values.get(&key) {
+                blobs.insert((row.thread_id.clone(), *blob));
+            }
+        }
+    }
+    for row in &rows {
+        for w in writes.get(&row.address()).into_iter().flatten() {
+            for e in &w.entries {
+                if let Some(b) = e.blob() {
+                    blobs.insert((row.thread_id.clone(), b));
+                }
+            }
+        }
+    }
+    let chunks = fetch_chunks(inner, &blobs).await?;
+    let resolve = |thread_id: &str, stored: &Stored| -> Result<Option<TypedValue>, MongoError> {
+        match stored {
+            Stored::Removed => Ok(None),
+            Stored::Inline(v) => Ok(Some(v.clone())),
+            Stored::Chunked {
+                type_tag,
+                len,
+                blob,
+                count,
+            } => {
+                let parts = chunks
+                    .get(&(thread_id.to_owned(), *blob))
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                codec::join_chunks(type_tag.clone(), *len, *count, parts).map(Some)
+            }
+        }
+    };
+
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let address = row.address();
+        let CheckpointRow {
+            thread_id,
+            ns,
+            id,
+            parent,
+            mut checkpoint,
+            metadata,
+            ..
+        } = row;
+        for (channel, version) in &checkpoint.channel_versions {
+            let key = keys::doc_id(&[&thread_id, &ns, channel, &keys::version_key(version)]);
+            // A version whose value document is missing loads without a value, as the
+            // contract's "removed" does (it can only be missing after a TTL expiry).
+            if let Some(stored) = values.get(&key) {
+                if let Some(v) = resolve(&thread_id, stored)? {
+                    checkpoint.channel_values.insert(channel.clone(), v);
+                }
+            }
+        }
+        let mut pending = Vec::new();
+        for w in writes.remove(&address).unwrap_or_default() {
+            for e in w.entries {
+                let value = resolve(&thread_id, &e.value)?
+                    .ok_or_else(|| MongoError::corrupt("pending write", "no value"))?;
+                pending.push(PendingWrite {
+                    task_id: w.task_id.clone(),
+                    channel: e.channel,
+                    value,
+                    idx: e.idx,
+                    task_path: e.task_path,
+                });
+            }
+        }
+        pending.sort_by(|a, b| {
+            (&a.task_path, &a.task_id, a.idx).cmp(&(&b.task_path, &b.task_id, b.idx))
+        });
+        let address_of = |id: &str| {
+            CheckpointConfig::new(thread_id.clone())
+                .with_ns(ns.clone())
+                .with_checkpoint_id(id)
+        };
+        out.push(CheckpointTuple {
+            config: address_of(&id),
+            parent_config: parent.as_deref().map(address_of),
+            checkpoint,
+            metadata,
+            pending_writes: pending,
+        });
+    }
+    Ok(out)
+}
+
+/// Loads the chunks of the given `(thread, blob)` groups, in order.
+async fn fetch_chunks(
+    inner: &Inner,
+    blobs: &BTreeSet<(String, ObjectId)>,
+) -> Result<HashMap<(String, ObjectId), Vec<Vec<u8>>>, MongoError> {
+    let mut out: HashMap<(String, ObjectId), Vec<Vec<u8>>> = HashMap::new();
+    if blobs.is_empty() {
+        return Ok(out);
+    }
+    let threads: BTreeSet<&String> = blobs.iter().map(|(t, _)| t).collect();
+    let ids: BTreeSet<ObjectId> = blobs.iter().map(|(_, b)| *b).collect();
+    let mut cursor = inner
+        .chunks
+        .find(doc! {
+            "t": { "$in": threads.into_iter().cloned().collect::<Vec<_>>() },
+            "b": { "$in": ids.into_iter().collect::<Vec<_>>() },
+        })
+        .sort(doc! { "t": 1, "b": 1, "i": 1 })
+        .projection(doc! { "t": 1, "b": 1, "d": 1 })
+        .batch_size(64)
+        .await?;
+    while let Some(mut d) = cursor.try_next().await? {
+        let t = codec::take_string(&mut d, "t", "chunk")?;
+        let b = match d.get("b") {
+            Some(Bson::ObjectId(b)) => *b,
+            _ => return Err(MongoError::corrupt("chunk", "field b is not an ObjectId")),
+        };
+        if !blobs.contains(&(t.clone(), b)) {
+            continue;
+        }
+        let data = match d.remove("d") {
+            Some(Bson::Binary(bin)) => bin.bytes,
+            _ => return Err(MongoError::corrupt("chunk", "field d is not binary")),
+        };
+        out.entry((t, b)).or_default().push(data);
+    }
+    Ok(out)
+}
+
+/// Where a list stream continues: strictly below this key of its sort order.
+#[derive(Clone, Debug)]
+enum Cursor {
+    Start,
+    Below(String),
+    Done,
+}
+
+struct ListState {
+    inner: Arc<Inner>,
+    options: ListOptions,
+    stages: Vec<Vec<String>>,
+    cursor: Cursor,
+    remaining: Option<usize>,
+    buffer: VecDeque<CheckpointTuple>,
+}
+
+/// `list`: pages of `list_page_size` checkpoints (fewer when a limit remains), each page
+/// loaded completely with [`load_tuples`], in the contract's order.
+pub(crate) fn list(
+    inner: Arc<Inner>,
+    options: ListOptions,
+) -> BoxStream<'static, Result<CheckpointTuple>> {
+    let state = ListState {
+        inner,
+        stages: keys::filter_stages(&options.filter),
+        remaining: options.limit,
+        options,
+        cursor: Cursor::Start,
+        buffer: VecDeque::new(),
+    };
+    stream::unfold(state, |mut st| async move {
+        loop {
+            if st.remaining == Some(0) {
+                return None;
+            }
+            if let Some(t) = st.buffer.pop_front() {
+                st.remaining = st.remaining.map(|r| r - 1);
+                return Some((Ok(t), st));
+            }
+            if matches!(st.cursor, Cursor::Done) {
+                return None;
+            }
+            match next_page(&mut st).await {
+                Ok(page) => st.buffer.extend(page),
+                Err(e) => {
+                    st.cursor = Cursor::Done;
+                    st.buffer.clear();
+                    return Some((Err(Error::from(e)), st));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+async fn next_page(st: &mut ListState) -> Result<Vec<CheckpointTuple>, MongoError> {
+    let o = &st.options;
+    let page = st.remaining.map_or(st.inner.config.list_page_size, |r| {
+        r.min(st.inner.config.list_page_size)
+    });
+    // Within one namespace the id orders; otherwise the sort key (id, thread, namespace).
+    let by_id = o.thread_id.is_some() && o.checkpoint_ns.is_some();
+    let field = if by_id { "c" } else { "s" };
+    let mut upper: Option<String> = match &st.cursor {
+        Cursor::Below(k) => Some(k.clone()),
+        _ => None,
+    };
+    if let Some(b) = &o.before {
+        let b = if by_id { b.clone() } else { keys::id_bound(b) };
+        upper = Some(match upper {
+            Some(u) if u <= b => u,
+            _ => b,
+        });
+    }
+
+    let mut first = Document::new();
+    if let Some(t) = &o.thread_id {
+        first.insert("t", t.as_str());
+    }
+    if let Some(n) = &o.checkpoint_ns {
+        first.insert("n", n.as_str());
+    }
+    let mut id_cond = Document::new();
+    if let Some(id) = &o.checkpoint_id {
+        id_cond.insert("$eq", id.as_str());
+    }
+    let mut stages = st.stages.iter();
+    // Without a thread, the metadata filter's first lookup is what an index serves.
+    if o.thread_id.is_none() {
+        if let Some(entries) = stages.next() {
+            first.insert("mk", doc! { "$in": entries.clone() });
+        }
+    }
+    if let Some(u) = upper {
+        if by_id {
+            id_cond.insert("$lt", u);
+        } else {
+            first.insert("s", doc! { "$lt": u });
+        }
+    }
+    if !id_cond.is_empty() {
+        first.insert("c", id_cond);
+    }
+    let mut pipeline = vec![doc! { "$match": first }];
+    for entries in stages {
+        pipeline.push(doc! { "$match": { "mk": { "$in": entries.clone() } } });
+    }
+    pipeline.push(doc! { "$sort": { field: -1 } });
+    pipeline.push(doc! { "$limit": page as i64 });
+    let fetched = fetch_page(&st.inner, pipeline, page, o.thread_id.as_deref()).await?;
+    let full = fetched.len() >= page;
+    let mut rows = Vec::with_capacity(fetched.len());
+    let mut last = None;
+    for (row, writes) in fetched {
+        last = Some(if by_id {
+            row.id.clone()
+        } else {
+            row.sort.clone()
+        });
+        // The index lookups of the filter over-approximate (hashes, integers beyond
+        // 2^53); the exact check decides.
+        if o.admits(&row.thread_id, &row.ns, &row.id, &row.metadata) {
+            rows.push((row, writes));
+        }
+    }
+    st.cursor = match (full, last) {
+        (true, Some(k)) => Cursor::Below(k),
+        _ => Cursor::Done,
+    };
+    load_tuples(&st.inner, rows).await
+}
+
+/// Values named by the checkpoints of `rows`, as `(channel, version key)` pairs.
+pub(crate) fn live_values(rows: &[CheckpointRow]) -> BTreeSet<(String, String)> {
+    rows.iter()
+        .flat_map(|r| {
+            r.checkpoint
+                .channel_versions
+                .iter()
+                .map(|(c, v)| (c.clone(), keys::version_key(v)))
+        })
+        .collect()
+}
+
+/// Groups rows by `(thread, namespace)`.
+pub(crate) fn by_namespace(
+    rows: Vec<CheckpointRow>,
+) -> BTreeMap<(String, String), Vec<CheckpointRow>> {
+    let mut out: BTreeMap<(String, String), Vec<CheckpointRow>> = BTreeMap::new();
+    for r in rows {
+        out.entry((r.thread_id.clone(), r.ns.clone()))
+            .or_default()
+            .push(r);
+    }
+    out
+}
+
+/// Reads a whole query of checkpoint rows (for maintenance operations).
+pub(crate) async fn rows(
+    inner: &Inner,
+    filter: Document,
+) -> Result<Vec<CheckpointRow>, MongoError> {
+    let docs: Vec<Document> = inner
+        .checkpoints
+        .find(filter)
+        .projection(doc! { "mk": 0, "x": 0 })
+        .await?
+        .try_collect()
+        .await?;
+    docs.into_iter().map(codec::checkpoint_row).collect()
+}

@@ -1,0 +1,362 @@
+//! [`MongoSaver`]: construction, `setup`, and the [`Saver`] implementation (which delegates to
+//! the read, write, maintenance and coordination modules).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use mongodb::bson::{Document, doc};
+use mongodb::options::{ClientOptions, DatabaseOptions, IndexOptions};
+use mongodb::{Client, Collection, Database, IndexModel};
+
+use checkpoint_core::{
+    Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
+    CheckpointTuple, Claim, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
+    Result, Saver, TypedValue, async_trait,
+};
+
+use crate::config::{Atomicity, CollectionNames, MongoConfig, TransactionMode};
+use crate::error::driver;
+use crate::{admin, coord, read, write};
+
+/// A [`Saver`] on MongoDB (see the crate documentation for the layout and guarantees).
+///
+/// Cheap to clone: clones share the driver's connection pool. Create it once per process
+/// with [`connect`](Self::connect) or [`from_client`](Self::from_client), call
+/// [`setup`](Self::setup) once per database (it is idempotent), then share it (for example as
+/// `Arc<dyn Saver>`) between all tasks.
+#[derive(Clone)]
+pub struct MongoSaver {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Shared state: the driver handles and the configuration.
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) database: Database,
+    pub(crate) config: MongoConfig,
+    pub(crate) names: CollectionNames,
+    pub(crate) atomicity: Atomicity,
+    pub(crate) checkpoints: Collection<Document>,
+    pub(crate) values: Collection<Document>,
+    pub(crate) writes: Collection<Document>,
+    pub(crate) chunks: Collection<Document>,
+    pub(crate) heads: Collection<Document>,
+    pub(crate) leases: Collection<Document>,
+    pub(crate) ledger: Collection<Document>,
+}
+
+impl fmt::Debug for MongoSaver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The client (and its credentials) is never printed.
+        f.debug_struct("MongoSaver")
+            .field("database", &self.inner.config.database)
+            .field("collection_prefix", &self.inner.config.collection_prefix)
+            .field("atomicity", &self.inner.atomicity)
+            .field("ttl", &self.inner.config.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MongoSaver {
+    /// Connects to the deployment at `uri` (a `mongodb://` or `mongodb+srv://` connection
+    /// string) and decides the [`Atomicity`] from the server's `hello` reply (one round trip).
+    ///
+    /// Does not create anything: call [`setup`](Self::setup) before first use. Errors never
+    /// include the connection string.
+    pub async fn connect(uri: &str, config: MongoConfig) -> Result<Self> {
+        config.validate()?;
+        let options = ClientOptions::parse(uri).await.map_err(driver)?;
+        let client = Client::with_options(options).map_err(driver)?;
+        Self::from_client(client, config).await
+    }
+
+    /// Builds a saver on an existing driver client (to share its pool, or to set driver
+    /// options such as timeouts, TLS or a command event handler).
+    ///
+    /// With [`TransactionMode::Auto`] this asks the server once (`hello`) whether it is a
+    /// replica set member or a `mongos`; with `Required` or `Disabled` it does no I/O.
+    pub async fn from_client(client: Client, config: MongoConfig) -> Result<Self> {
+        config.validate()?;
+        let atomicity = match config.transactions {
+            TransactionMode::Required => Atomicity::Transactions,
+            TransactionMode::Disabled => Atomicity::OrderedWrites,
+            TransactionMode::Auto => detect_atomicity(&client).await?,
+        };
+        tracing::info!(
+            database = %config.database,
+            atomicity = %atomicity,
+            "MongoDB checkpoint saver ready"
+        );
+        let database = client.database_with_options(
+            &config.database,
+            DatabaseOptions::builder()
+                .write_concern(config.write_concern.clone())
+                .build(),
+        );
+        let names = config.collection_names();
+        let coll = |name: &str| database.collection::<Document>(name);
+        let inner = Inner {
+            checkpoints: coll(&names.checkpoints),
+            values: coll(&names.values),
+            writes: coll(&names.writes),
+            chunks: coll(&names.chunks),
+            heads: coll(&names.heads),
+            leases: coll(&names.leases),
+            ledger: coll(&names.ledger),
+            client,
+            database,
+            config,
+            names,
+            atomicity,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// How `put` and `put_writes` are made atomic on this deployment.
+    pub fn atomicity(&self) -> Atomicity {
+        self.inner.atomicity
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MongoConfig {
+        &self.inner.config
+    }
+
+    /// The driver client (shared with this saver).
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The database holding the collections.
+    pub fn database(&self) -> &Database {
+        &self.inner.database
+    }
+
+    /// Creates the collections' indexes (and, with a [`MongoConfig::ttl`], the TTL indexes).
+    /// Idempotent: run it at deploy time or at start-up; it changes nothing when the indexes
+    /// exist. Fails with [`Error::Backend`](checkpoint_core::Error::Backend) when an index of the same name exists with other
+    /// options (for example a TTL index from a different configuration).
+    pub async fn setup(&self) -> Result<()> {
+        let i = &self.inner;
+        let unique = |name: &str, keys: Document| {
+            IndexModel::builder()
+                .keys(keys)
+                .options(
+                    IndexOptions::builder()
+                        .name(name.to_owned())
+                        .unique(true)
+                        .build(),
+                )
+                .build()
+        };
+        let plain = |name: &str, keys: Document| {
+            IndexModel::builder()
+                .keys(keys)
+                .options(IndexOptions::builder().name(name.to_owned()).build())
+                .build()
+        };
+        let ttl = |models: &mut Vec<IndexModel>| {
+            if i.config.ttl.is_some() {
+                models.push(
+                    IndexModel::builder()
+                        .keys(doc! { "x": 1 })
+                        .options(
+                            IndexOptions::builder()
+                                .name("ttl".to_owned())
+                                .expire_after(Duration::ZERO)
+                                .build(),
+                        )
+                        .build(),
+                );
+            }
+        };
+        let mut checkpoints = vec![
+            unique("thread_ns_id", doc! { "t": 1, "n": 1, "c": -1 }),
+            plain("thread_order", doc! { "t": 1, "s": -1 }),
+            plain("global_order", doc! { "s": -1 }),
+            plain("metadata_filter", doc! { "mk": 1 }),
+        ];
+        ttl(&mut checkpoints);
+        let mut values = vec![unique(
+            "thread_ns_channel_version",
+            doc! { "t": 1, "n": 1, "ch": 1, "v": 1 },
+        )];
+        ttl(&mut values);
+        let mut writes = vec![
+            unique("thread_ns_id_task", doc! { "t": 1, "n": 1, "c": 1, "k": 1 }),
+            plain("address", doc! { "a": 1 }),
+        ];
+        ttl(&mut writes);
+        let mut chunks = vec![unique("thread_blob_seq", doc! { "t": 1, "b": 1, "i": 1 })];
+        ttl(&mut chunks);
+        let mut heads = vec![unique("thread_ns", doc! { "t": 1, "n": 1 })];
+        ttl(&mut heads);
+        for (coll, models) in [
+            (&i.checkpoints, checkpoints),
+            (&i.values, values),
+            (&i.writes, writes),
+            (&i.chunks, chunks),
+            (&i.heads, heads),
+        ] {
+            coll.create_indexes(models).await.map_err(driver)?;
+        }
+        // Leases and the ledger are keyed by `_id` alone; create them so they exist before
+        // the first transaction touches them (MongoDB before 4.4 cannot create collections
+        // inside a transaction).
+        for name in [&i.names.leases, &i.names.ledger] {
+            let existing = i
+                .database
+                .list_collection_names()
+                .filter(doc! { "name": name.as_str() })
+                .await
+                .map_err(driver)?;
+            if existing.is_empty() {
+                match i.database.create_collection(name.as_str()).await {
+                    Ok(()) => {}
+                    // Created concurrently by another process: fine.
+                    Err(e) if crate::error::codes(&e).contains(&48) => {}
+                    Err(e) => return Err(driver(e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every collection of this configuration (all checkpoints, values, writes,
+    /// leases and ledger entries). For tests and tear-down scripts.
+    pub async fn drop_collections(&self) -> Result<()> {
+        for name in self.inner.names.all() {
+            self.inner
+                .database
+                .collection::<Document>(name)
+                .drop()
+                .await
+                .map_err(driver)?;
+        }
+        Ok(())
+    }
+}
+
+async fn detect_atomicity(client: &Client) -> Result<Atomicity> {
+    let hello = client
+        .database("admin")
+        .run_command(doc! { "hello": 1 })
+        .await
+        .map_err(driver)?;
+    let replica_set = hello.get_str("setName").is_ok();
+    let mongos = hello.get_str("msg").is_ok_and(|m| m == "isdbgrid");
+    let sessions = hello.contains_key("logicalSessionTimeoutMinutes");
+    Ok(if (replica_set || mongos) && sessions {
+        Atomicity::Transactions
+    } else {
+        Atomicity::OrderedWrites
+    })
+}
+
+impl Inner {
+    pub(crate) fn transactions(&self) -> bool {
+        self.atomicity == Atomicity::Transactions
+    }
+
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        let all = Capabilities::all();
+        if self.transactions() {
+            all
+        } else {
+            all.with_compare_and_set(false).with_leases(false)
+        }
+    }
+}
+
+#[async_trait]
+impl Saver for MongoSaver {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
+        read::get_tuple(&self.inner, config).await
+    }
+
+    fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
+        read::list(Arc::clone(&self.inner), options)
+    }
+
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        options: PutOptions,
+    ) -> Result<CheckpointConfig> {
+        write::put(
+            &self.inner,
+            config,
+            checkpoint,
+            metadata,
+            new_versions,
+            options,
+        )
+        .await
+    }
+
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(String, TypedValue)>,
+        task_id: &str,
+        options: PutWritesOptions,
+    ) -> Result<()> {
+        write::put_writes(&self.inner, config, writes, task_id, options).await
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<()> {
+        admin::delete_thread(&self.inner, thread_id).await
+    }
+
+    async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
+        admin::copy_thread(&self.inner, source, target).await
+    }
+
+    async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
+        admin::prune(&self.inner, thread_ids, strategy).await
+    }
+
+    async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
+        admin::delete_for_runs(&self.inner, run_ids).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        thread_id: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        coord::acquire_lease(&self.inner, thread_id, holder, ttl).await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        coord::renew_lease(&self.inner, lease, ttl).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        coord::release_lease(&self.inner, lease).await
+    }
+
+    async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
+        coord::claim(&self.inner, key, ttl).await
+    }
+
+    async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()> {
+        coord::complete_claim(&self.inner, key, token, outcome).await
+    }
+
+    async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
+        coord::abandon_claim(&self.inner, key, token).await
+    }
+}

@@ -1,0 +1,715 @@
+//! Writes: `put` and `put_writes`, in a transaction or as ordered idempotent writes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use mongodb::ClientSession;
+use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
+
+use checkpoint_core::writes::{replaces_existing, write_index};
+use checkpoint_core::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, Error, PutMode, PutOptions,
+    PutWritesOptions, Result, TypedValue, validate_put,
+};
+
+use crate::codec::{self, MAX_INLINE_WRITES_BYTES, PendingChunks, Stored, WriteEntry};
+use crate::error::{MongoError, only_duplicate_keys};
+use crate::keys;
+use crate::saver::Inner;
+use crate::txn;
+
+/// Everything a put writes, prepared before any I/O.
+struct PreparedPut {
+    thread_id: String,
+    ns: String,
+    id: String,
+    parent: Option<String>,
+    mode: PutMode,
+    fence: Option<u64>,
+    /// Value documents of the new versions, with the chunks of the large ones.
+    values: Vec<(Document, Option<PendingChunks>)>,
+    checkpoint: Document,
+    /// `_id`s of every value the checkpoint names (for the TTL refresh).
+    named_values: Vec<String>,
+    value_expiry: Option<DateTime>,
+    /// Set after a duplicate value made a transaction fail: check which exist first.
+    check_existing: AtomicBool,
+}
+
+pub(crate) async fn put(
+    inner: &Arc<Inner>,
+    config: &CheckpointConfig,
+    mut checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+    options: PutOptions,
+) -> Result<CheckpointConfig> {
+    validate_put(config, &checkpoint, &new_versions)?;
+    if options.mode == PutMode::CompareAndSet && !inner.capabilities().compare_and_set {
+        return Err(Error::Unsupported {
+            op: "put with PutMode::CompareAndSet (needs transactions)",
+        });
+    }
+    if options.fence.is_some() && !inner.capabilities().leases {
+        return Err(Error::Unsupported {
+            op: "put with a fencing token (needs transactions)",
+        });
+    }
+    let thread_id = config.thread_id.as_str();
+    let ns = config.checkpoint_ns.as_str();
+    codec::check_identifier("thread_id", thread_id)?;
+    codec::check_identifier("checkpoint_ns", ns)?;
+    codec::check_identifier("checkpoint id", &checkpoint.id)?;
+    for channel in checkpoint.channel_versions.keys() {
+        codec::check_identifier("channel name", channel)?;
+    }
+
+    let ttl = inner.config.ttl;
+    let x = ttl.map(codec::expiry);
+    let value_expiry = ttl.map(|t| codec::expiry(t + codec::VALUE_TTL_GRACE));
+    let chunk_size = inner.config.chunk_size;
+    let mut values_in = std::mem::take(&mut checkpoint.channel_values);
+    let mut values = Vec::with_capacity(new_versions.len());
+    for (channel, version) in &new_versions {
+        let vk = keys::version_key(version);
+        let mut d = doc! {
+            "_id": keys::doc_id(&[thread_id, ns, channel, &vk]),
+            "t": thread_id,
+            "n": ns,
+            "ch": channel.as_str(),
+            "v": vk,
+        };
+        let chunks = match values_in.remove(channel) {
+            Some(v) => codec::put_value(&mut d, &v, thread_id, chunk_size, true, value_expiry),
+            None => None,
+        };
+        if let Some(x) = value_expiry {
+            d.insert("x", x);
+        }
+        values.push((d, chunks));
+    }
+    let named_values = checkpoint
+        .channel_versions
+        .iter()
+        .map(|(c, v)| keys::doc_id(&[thread_id, ns, c, &keys::version_key(v)]))
+        .collect();
+    let doc = codec::checkpoint_doc(
+        thread_id,
+        ns,
+        config.checkpoint_id.as_deref(),
+        &checkpoint,
+        &metadata,
+        x,
+    )?;
+    let prepared = Arc::new(PreparedPut {
+        thread_id: thread_id.to_owned(),
+        ns: ns.to_owned(),
+        id: checkpoint.id.clone(),
+        parent: config.checkpoint_id.clone(),
+        mode: options.mode,
+        fence: options.fence,
+        values,
+        checkpoint: doc,
+        named_values,
+        value_expiry,
+        check_existing: AtomicBool::new(false),
+    });
+
+    let result = if inner.transactions() {
+        let ctx = Arc::clone(inner);
+        txn::run(inner, move |s| {
+            let ctx = Arc::clone(&ctx);
+            let p = Arc::clone(&prepared);
+            Box::pin(async move { put_in_transaction(&ctx, &p, s).await })
+        })
+        .await
+    } else {
+        put_ordered(inner, &prepared).await
+    };
+    result.map_err(Error::from)?;
+    Ok(CheckpointConfig::new(thread_id)
+        .with_ns(ns)
+        .with_checkpoint_id(checkpoint.id))
+}
+
+/// Checks a fencing token inside a transaction: the conditional update both checks it and
+/// makes a concurrent lease grant conflict with this transaction.
+async fn check_fence(
+    inner: &Inner,
+    s: &mut ClientSession,
+    thread_id: &str,
+    fence: u64,
+) -> Result<(), MongoError> {
+    let token = i64::try_from(fence).unwrap_or(-1);
+    let r = inner
+        .leases
+        .update_one(
+            doc! { "_id": thread_id, "tok": token },
+            doc! { "$inc": { "fw": 1_i64 } },
+        )
+        .session(&mut *s)
+        .await?;
+    if r.matched_count == 1 {
+        return Ok(());
+    }
+    let current = match inner
+        .leases
+        .find_one(doc! { "_id": thread_id })
+        .session(&mut *s)
+        .await?
+    {
+        Some(d) => codec::number(&d, "tok", "lease")?,
+        None => 0,
+    };
+    Err(Error::StaleFence {
+        scope: format!("thread {thread_id:?}"),
+        token: fence,
+        current: u64::try_from(current).unwrap_or(0),
+    }
+    .into())
+}
+
+async fn put_in_transaction(
+    inner: &Inner,
+    p: &PreparedPut,
+    s: &mut ClientSession,
+) -> Result<(), MongoError> {
+    if let Some(fence) = p.fence {
+        check_fence(inner, s, &p.thread_id, fence).await?;
+    }
+    // Every put of this (thread, namespace) writes its head document, so concurrent puts
+    // conflict and one retries: a compare-and-set reads a head no other put can change
+    // before it commits.
+    let mut update = doc! { "$inc": { "w": 1_i64 } };
+    if let Some(x) = p.value_expiry {
+        update.insert("$max", doc! { "x": x });
+    }
+    inner
+        .heads
+        .update_one(
+            doc! {
+                "_id": keys::doc_id(&[&p.thread_id, &p.ns]),
+                "t": p.thread_id.as_str(),
+                "n": p.ns.as_str(),
+            },
+            update,
+        )
+        .upsert(true)
+        .session(&mut *s)
+        .await?;
+    if p.mode == PutMode::CompareAndSet {
+        let head = inner
+            .checkpoints
+            .find_one(doc! { "t": p.thread_id.as_str(), "n": p.ns.as_str() })
+            .sort(doc! { "c": -1 })
+            .projection(doc! { "c": 1, "p": 1 })
+            .session(&mut *s)
+            .await?;
+        let (head_id, head_parent) = match head {
+            Some(mut d) => {
+                let id = codec::take_string(&mut d, "c", "checkpoint document")?;
+                let parent = match d.remove("p") {
+                    Some(Bson::String(p)) => Some(p),
+                    _ => None,
+                };
+                (Some(id), parent)
+            }
+            None => (None, None),
+        };
+        let retry_of_winner = head_id.as_deref() == Some(p.id.as_str()) && head_parent == p.parent;
+        if head_id != p.parent && !retry_of_winner {
+            return Err(Error::Conflict {
+                thread_id: p.thread_id.clone(),
+                checkpoint_ns: p.ns.clone(),
+                expected: p.parent.clone(),
+                found: head_id,
+            }
+            .into());
+        }
+    }
+    if !p.values.is_empty() {
+        let mut todo: Vec<&(Document, Option<PendingChunks>)> = p.values.iter().collect();
+        if p.check_existing.load(Ordering::Relaxed) {
+            let existing =
+                existing_ids(inner, &p.thread_id, value_ids(&todo), Some(&mut *s)).await?;
+            todo.retain(|(d, _)| !existing.contains(d.get_str("_id").unwrap_or_default()));
+        }
+        let chunk_docs: Vec<Document> = todo
+            .iter()
+            .filter_map(|(_, c)| c.as_ref())
+            .flat_map(|c| c.docs.iter().cloned())
+            .collect();
+        if !chunk_docs.is_empty() {
+            inner
+                .chunks
+                .insert_many(chunk_docs)
+                .session(&mut *s)
+                .await?;
+        }
+        if !todo.is_empty() {
+            let docs: Vec<Document> = todo.iter().map(|(d, _)| d.clone()).collect();
+            match inner.values.insert_many(docs).session(&mut *s).await {
+                Ok(_) => {}
+                Err(e) if crate::error::is_duplicate_key(&e) => {
+                    // Some version is stored already (a repeated put): the transaction is
+                    // aborted; run it again, skipping what exists.
+                    p.check_existing.store(true, Ordering::Relaxed);
+                    return Err(MongoError::Driver(e).retry_transaction());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if let Some(x) = p.value_expiry {
+        inner
+            .values
+            .update_many(
+                doc! { "_id": { "$in": p.named_values.clone() }, "t": p.thread_id.as_str() },
+                doc! { "$max": { "x": x } },
+            )
+            .session(&mut *s)
+            .await?;
+    }
+    inner
+        .checkpoints
+        .replace_one(
+            doc! {
+                "_id": p.checkpoint.get("_id").cloned().unwrap_or(Bson::Null),
+                "t": p.thread_id.as_str(),
+            },
+            &p.checkpoint,
+        )
+        .upsert(true)
+        .session(&mut *s)
+        .await?;
+    Ok(())
+}
+
+fn value_ids(values: &[&(Document, Option<PendingChunks>)]) -> Vec<String> {
+    values
+        .iter()
+        .filter_map(|(d, _)| d.get_str("_id").ok().map(str::to_owned))
+        .collect()
+}
+
+/// Which of these `_id`s exist in the values collection.
+async fn existing_ids(
+    inner: &Inner,
+    thread_id: &str,
+    ids: Vec<String>,
+    session: Option<&mut ClientSession>,
+) -> Result<BTreeSet<String>, MongoError> {
+    let filter = doc! { "_id": { "$in": ids }, "t": thread_id };
+    let mut out = BTreeSet::new();
+    match session {
+        Some(s) => {
+            let mut cursor = inner
+                .values
+                .find(filter)
+                .projection(doc! { "_id": 1 })
+                .session(&mut *s)
+                .await?;
+            while let Some(d) = cursor.next(&mut *s).await.transpose()? {
+                if let Ok(id) = d.get_str("_id") {
+                    out.insert(id.to_owned());
+                }
+            }
+        }
+        None => {
+            use futures::TryStreamExt;
+            let mut cursor = inner
+                .values
+                .find(filter)
+                .projection(doc! { "_id": 1 })
+                .await?;
+            while let Some(d) = cursor.try_next().await? {
+                if let Ok(id) = d.get_str("_id") {
+                    out.insert(id.to_owned());
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Without transactions: values (and their chunks) first, each insert idempotent, the
+/// checkpoint document last. A reader finds the checkpoint only once everything it names
+/// is stored; a failure part-way leaves only values no checkpoint names yet, and repeating
+/// the put completes it.
+async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
+    if !p.values.is_empty() {
+        let mut todo: Vec<&(Document, Option<PendingChunks>)> = p.values.iter().collect();
+        // Chunks are written only for values not stored yet.
+        if todo.iter().any(|(_, c)| c.is_some()) {
+            let existing = existing_ids(inner, &p.thread_id, value_ids(&todo), None).await?;
+            todo.retain(|(d, _)| !existing.contains(d.get_str("_id").unwrap_or_default()));
+        }
+        let chunk_docs: Vec<Document> = todo
+            .iter()
+            .filter_map(|(_, c)| c.as_ref())
+            .flat_map(|c| c.docs.iter().cloned())
+            .collect();
+        if !chunk_docs.is_empty() {
+            inner.chunks.insert_many(chunk_docs).ordered(false).await?;
+        }
+        if !todo.is_empty() {
+            let docs: Vec<Document> = todo.iter().map(|(d, _)| d.clone()).collect();
+            match inner.values.insert_many(docs).ordered(false).await {
+                Ok(_) => {}
+                // Stored concurrently by another writer: the first value stays.
+                Err(e) if only_duplicate_keys(&e) => {
+                    let mine: Vec<ObjectId> = todo
+                        .iter()
+                        .filter_map(|(_, c)| c.as_ref().map(|c| c.blob))
+                        .collect();
+                    if !mine.is_empty() {
+                        // Chunks of a value that lost the race; keep those still referenced.
+                        let referenced =
+                            referenced_blobs(inner, &p.thread_id, &value_ids(&todo)).await?;
+                        let orphans: Vec<ObjectId> = mine
+                            .into_iter()
+                            .filter(|b| !referenced.contains(b))
+                            .collect();
+                        delete_chunks(inner, &p.thread_id, orphans, None).await?;
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if let Some(x) = p.value_expiry {
+        inner
+            .values
+            .update_many(
+                doc! { "_id": { "$in": p.named_values.clone() }, "t": p.thread_id.as_str() },
+                doc! { "$max": { "x": x } },
+            )
+            .await?;
+    }
+    inner
+        .checkpoints
+        .replace_one(
+            doc! {
+                "_id": p.checkpoint.get("_id").cloned().unwrap_or(Bson::Null),
+                "t": p.thread_id.as_str(),
+            },
+            &p.checkpoint,
+        )
+        .upsert(true)
+        .await?;
+    Ok(())
+}
+
+async fn referenced_blobs(
+    inner: &Inner,
+    thread_id: &str,
+    ids: &[String],
+) -> Result<BTreeSet<ObjectId>, MongoError> {
+    use futures::TryStreamExt;
+    let docs: Vec<Document> = inner
+        .values
+        .find(doc! { "_id": { "$in": ids.to_vec() }, "t": thread_id })
+        .projection(doc! { "b": 1 })
+        .await?
+        .try_collect()
+        .await?;
+    Ok(docs
+        .iter()
+        .filter_map(|d| d.get_object_id("b").ok())
+        .collect())
+}
+
+/// Deletes chunk groups of one thread.
+pub(crate) async fn delete_chunks(
+    inner: &Inner,
+    thread_id: &str,
+    blobs: Vec<ObjectId>,
+    session: Option<&mut ClientSession>,
+) -> Result<(), MongoError> {
+    if blobs.is_empty() {
+        return Ok(());
+    }
+    let filter = doc! { "t": thread_id, "b": { "$in": blobs } };
+    match session {
+        Some(s) => inner.chunks.delete_many(filter).session(s).await?,
+        None => inner.chunks.delete_many(filter).await?,
+    };
+    Ok(())
+}
+
+/// Inline bytes a pending-writes document may reach after merging several calls.
+const MAX_MERGED_WRITES_BYTES: usize = 12 * 1024 * 1024;
+
+/// A `put_writes` call, prepared.
+struct PreparedWrites {
+    thread_id: String,
+    ns: String,
+    checkpoint_id: String,
+    task_id: String,
+    fence: Option<u64>,
+    /// Special-channel-only call: replaces existing entries.
+    replace: bool,
+    entries: Vec<WriteEntry>,
+    chunks: Vec<PendingChunks>,
+    x: Option<DateTime>,
+}
+
+impl PreparedWrites {
+    /// The filter of this task's document (its unique key).
+    fn key(&self) -> Document {
+        doc! {
+            "t": self.thread_id.as_str(),
+            "n": self.ns.as_str(),
+            "c": self.checkpoint_id.as_str(),
+            "k": self.task_id.as_str(),
+        }
+    }
+
+    fn doc(&self, revision: i64, entries: &[WriteEntry]) -> Document {
+        let mut d = doc! {
+            "t": self.thread_id.as_str(),
+            "n": self.ns.as_str(),
+            "c": self.checkpoint_id.as_str(),
+            "k": self.task_id.as_str(),
+            "a": keys::doc_id(&[&self.thread_id, &self.ns, &self.checkpoint_id]),
+            "r": revision,
+            "w": entries.iter().map(|e| Bson::Document(e.to_doc())).collect::<Vec<_>>(),
+        };
+        if let Some(x) = self.x {
+            d.insert("x", x);
+        }
+        d
+    }
+
+    /// Merges this call into existing entries by the contract's rule. Returns the merged
+    /// entries (or `None` when nothing changes) and the chunk groups no longer referenced.
+    fn merge(
+        &self,
+        existing: &[WriteEntry],
+    ) -> Result<(Option<Vec<WriteEntry>>, Vec<ObjectId>), MongoError> {
+        let mut merged: Vec<WriteEntry> = existing.to_vec();
+        let mut dropped = Vec::new();
+        let mut changed = false;
+        for e in &self.entries {
+            match merged.iter().position(|m| m.idx == e.idx) {
+                Some(i) if self.replace => {
+                    dropped.extend(merged[i].blob());
+                    merged[i] = e.clone();
+                    changed = true;
+                }
+                Some(_) => dropped.extend(e.blob()),
+                None => {
+                    merged.push(e.clone());
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return Ok((None, dropped));
+        }
+        let inline: usize = merged.iter().map(WriteEntry::inline_len).sum();
+        if inline > MAX_MERGED_WRITES_BYTES {
+            return Err(Error::invalid(format!(
+                "the pending writes of task {:?} on checkpoint {:?} would hold {inline} bytes inline; at most {MAX_MERGED_WRITES_BYTES} are stored per task and checkpoint",
+                self.task_id, self.checkpoint_id
+            ))
+            .into());
+        }
+        Ok((Some(merged), dropped))
+    }
+}
+
+pub(crate) async fn put_writes(
+    inner: &Arc<Inner>,
+    config: &CheckpointConfig,
+    writes: Vec<(String, TypedValue)>,
+    task_id: &str,
+    options: PutWritesOptions,
+) -> Result<()> {
+    let checkpoint_id = config.require_checkpoint_id()?;
+    if writes.is_empty() {
+        return Ok(());
+    }
+    if options.fence.is_some() && !inner.capabilities().leases {
+        return Err(Error::Unsupported {
+            op: "put_writes with a fencing token (needs transactions)",
+        });
+    }
+    let thread_id = config.thread_id.as_str();
+    let ns = config.checkpoint_ns.as_str();
+    codec::check_identifier("thread_id", thread_id)?;
+    codec::check_identifier("checkpoint_ns", ns)?;
+    codec::check_identifier("checkpoint id", checkpoint_id)?;
+    codec::check_identifier("task_id", task_id)?;
+    codec::check_identifier("task_path", &options.task_path)?;
+    for (channel, _) in &writes {
+        codec::check_identifier("write channel", channel)?;
+    }
+
+    let replace = replaces_existing(&writes);
+    let x = inner.config.ttl.map(codec::expiry);
+    let chunk_size = inner.config.chunk_size;
+    // One entry per index: a replacing call keeps the last write of an index, any other
+    // call the first (as applying the writes one by one would).
+    let mut entries: Vec<WriteEntry> = Vec::with_capacity(writes.len());
+    let mut chunks = Vec::new();
+    let mut inline_total = 0usize;
+    for (position, (channel, value)) in writes.into_iter().enumerate() {
+        let idx = write_index(&channel, position);
+        let slot = entries.iter().position(|e| e.idx == idx);
+        if slot.is_some() && !replace {
+            continue;
+        }
+        let inline = inline_total + value.len() <= MAX_INLINE_WRITES_BYTES;
+        let mut scratch = Document::new();
+        let pending = codec::put_value(&mut scratch, &value, thread_id, chunk_size, inline, x);
+        let stored = match pending {
+            Some(c) => {
+                let s = Stored::Chunked {
+                    type_tag: value.type_tag.clone(),
+                    len: value.len(),
+                    blob: c.blob,
+                    count: c.docs.len() as u32,
+                };
+                chunks.push(c);
+                s
+            }
+            None => {
+                inline_total += value.len();
+                Stored::Inline(value)
+            }
+        };
+        let entry = WriteEntry {
+            idx,
+            channel,
+            task_path: options.task_path.clone(),
+            value: stored,
+        };
+        match slot {
+            Some(i) => {
+                if let Some(b) = entries[i].blob() {
+                    chunks.retain(|c| c.blob != b);
+                }
+                entries[i] = entry;
+            }
+            None => entries.push(entry),
+        }
+    }
+    let prepared = Arc::new(PreparedWrites {
+        thread_id: thread_id.to_owned(),
+        ns: ns.to_owned(),
+        checkpoint_id: checkpoint_id.to_owned(),
+        task_id: task_id.to_owned(),
+        fence: options.fence,
+        replace,
+        entries,
+        chunks,
+        x,
+    });
+    let result = if prepared.fence.is_some() {
+        let ctx = Arc::clone(inner);
+        txn::run(inner, move |s| {
+            let ctx = Arc::clone(&ctx);
+            let p = Arc::clone(&prepared);
+            Box::pin(async move { writes_in_transaction(&ctx, &p, s).await })
+        })
+        .await
+    } else {
+        writes_single_document(inner, &prepared).await
+    };
+    result.map_err(Error::from)
+}
+
+/// Inside a transaction (fenced calls): read the task's document, merge, write it back.
+async fn writes_in_transaction(
+    inner: &Inner,
+    p: &PreparedWrites,
+    s: &mut ClientSession,
+) -> Result<(), MongoError> {
+    if let Some(fence) = p.fence {
+        check_fence(inner, s, &p.thread_id, fence).await?;
+    }
+    let chunk_docs: Vec<Document> = p
+        .chunks
+        .iter()
+        .flat_map(|c| c.docs.iter().cloned())
+        .collect();
+    if !chunk_docs.is_empty() {
+        inner
+            .chunks
+            .insert_many(chunk_docs)
+            .session(&mut *s)
+            .await?;
+    }
+    let existing = inner.writes.find_one(p.key()).session(&mut *s).await?;
+    let unused = match existing {
+        None => {
+            inner
+                .writes
+                .insert_one(p.doc(1, &p.entries))
+                .session(&mut *s)
+                .await?;
+            Vec::new()
+        }
+        Some(d) => {
+            let row = codec::writes_row(d)?;
+            let (merged, dropped) = p.merge(&row.entries)?;
+            if let Some(merged) = merged {
+                inner
+                    .writes
+                    .replace_one(p.key(), p.doc(row.revision + 1, &merged))
+                    .session(&mut *s)
+                    .await?;
+            }
+            dropped
+        }
+    };
+    delete_chunks(inner, &p.thread_id, unused, Some(s)).await
+}
+
+/// Without a fence (both modes): all of the call's writes change one document at once, so
+/// readers see all of them or none. New document: one insert. Existing document: merged
+/// and replaced under its revision number, retried if a concurrent call changed it.
+async fn writes_single_document(inner: &Inner, p: &PreparedWrites) -> Result<(), MongoError> {
+    let chunk_docs: Vec<Document> = p
+        .chunks
+        .iter()
+        .flat_map(|c| c.docs.iter().cloned())
+        .collect();
+    if !chunk_docs.is_empty() {
+        inner.chunks.insert_many(chunk_docs).await?;
+    }
+    match inner.writes.insert_one(p.doc(1, &p.entries)).await {
+        Ok(_) => return Ok(()),
+        Err(e) if crate::error::is_duplicate_key(&e) => {}
+        Err(e) => return Err(e.into()),
+    }
+    const ATTEMPTS: u32 = 64;
+    for attempt in 1..=ATTEMPTS {
+        let Some(d) = inner.writes.find_one(p.key()).await? else {
+            // Deleted in between (delete_thread, prune): write it as new.
+            match inner.writes.insert_one(p.doc(1, &p.entries)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if crate::error::is_duplicate_key(&e) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let row = codec::writes_row(d)?;
+        let (merged, dropped) = p.merge(&row.entries)?;
+        let Some(merged) = merged else {
+            return delete_chunks(inner, &p.thread_id, dropped, None).await;
+        };
+        let mut filter = p.key();
+        filter.insert("r", row.revision);
+        let r = inner
+            .writes
+            .replace_one(filter, p.doc(row.revision + 1, &merged))
+            .await?;
+        if r.matched_count == 1 {
+            return delete_chunks(inner, &p.thread_id, dropped, None).await;
+        }
+        txn::backoff(attempt).await;
+    }
+    Err(MongoError::Contention { attempts: ATTEMPTS })
+}

@@ -1,0 +1,102 @@
+//! The backend's private error type and its mapping into [`checkpoint_core::Error`].
+
+use checkpoint_core::Error;
+
+const BACKEND: &str = "postgres";
+
+/// What can go wrong inside this crate before it becomes a core [`Error`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PgError {
+    /// A driver error, classified by [`classify`].
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+    /// A stored row this crate cannot read back.
+    #[error("corrupt row: {what}")]
+    Corrupt {
+        what: String,
+        #[source]
+        source: Option<checkpoint_core::BoxError>,
+    },
+}
+
+impl PgError {
+    pub(crate) fn corrupt(
+        what: impl Into<String>,
+        source: impl Into<checkpoint_core::BoxError>,
+    ) -> Self {
+        PgError::Corrupt {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
+/// SQLSTATE codes after which retrying the same call may succeed.
+fn transient_sqlstate(code: &str) -> bool {
+    code.starts_with("08") // connection exception
+        || code == "40001" // serialization_failure
+        || code == "40P01" // deadlock_detected
+        || code == "53300" // too_many_connections
+        || code == "55P03" // lock_not_available
+        || code == "57P01" // admin_shutdown
+        || code == "57P02" // crash_shutdown
+        || code == "57P03" // cannot_connect_now
+        || code == "57014" // query_canceled (statement timeout)
+}
+
+/// SQLSTATE codes that mean the input cannot be stored.
+fn input_sqlstate(code: &str) -> bool {
+    code == "22P05" // untranslatable_character (NUL in text/jsonb)
+        || code == "22021" // character_not_in_repertoire
+        || code == "54000" // program_limit_exceeded (index row too large)
+        || code == "22001" // string_data_right_truncation
+}
+
+impl From<PgError> for Error {
+    fn from(e: PgError) -> Self {
+        match e {
+            PgError::Sqlx(e) => classify(e),
+            PgError::Corrupt { what, source } => Error::Serialization {
+                reason: format!("postgres: {what}"),
+                source,
+            },
+        }
+    }
+}
+
+/// Maps a driver error by the driver's own classification: connection and pool failures and
+/// transient SQLSTATEs become [`Error::Unavailable`]; input the server cannot store becomes
+/// [`Error::InvalidInput`] (with the driver error's message); the rest [`Error::Backend`].
+pub(crate) fn classify(e: sqlx::Error) -> Error {
+    let transient = match &e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) if input_sqlstate(&code) => {
+                return Error::InvalidInput {
+                    reason: format!("postgres cannot store this input: {}", db.message()),
+                };
+            }
+            Some(code) => transient_sqlstate(&code),
+            None => false,
+        },
+        _ => false,
+    };
+    if transient {
+        Error::Unavailable {
+            backend: BACKEND,
+            source: Box::new(e),
+        }
+    } else {
+        Error::Backend {
+            backend: BACKEND,
+            source: Box::new(e),
+        }
+    }
+}
+
+pub(crate) type PgResult<T> = Result<T, PgError>;

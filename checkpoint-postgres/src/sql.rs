@@ -1,0 +1,371 @@
+//! The SQL statements. Every value is a bound parameter; nothing from the caller is ever
+//! spliced into SQL text.
+
+/// Columns selected for a checkpoint tuple: the row, its values (via the versions it names)
+/// and its pending writes, as parallel arrays, in one query.
+macro_rules! select_tuple {
+    () => {
+        "
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata,
+       b.channels, b.types, b.blobs,
+       w.task_ids, w.channels AS w_channels, w.types AS w_types, w.blobs AS w_blobs, w.paths, w.idxs
+FROM checkpoints c
+LEFT JOIN LATERAL (
+    SELECT array_agg(bl.channel ORDER BY bl.channel) AS channels,
+           array_agg(bl.type ORDER BY bl.channel) AS types,
+           array_agg(bl.blob ORDER BY bl.channel) AS blobs
+    FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+    -- One primary-key probe per version (LIMIT 1 keeps the planner from hash-joining all
+    -- of the namespace's values).
+    CROSS JOIN LATERAL (
+        SELECT b.channel, b.type, b.blob FROM checkpoint_blobs b
+        WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+          AND b.channel = v.key AND b.version = v.value
+        LIMIT 1
+    ) AS bl
+) b ON true
+LEFT JOIN LATERAL (
+    SELECT array_agg(cw.task_id ORDER BY cw.task_path, cw.task_id, cw.idx) AS task_ids,
+           array_agg(cw.channel ORDER BY cw.task_path, cw.task_id, cw.idx) AS channels,
+           array_agg(coalesce(cw.type, 'msgpack') ORDER BY cw.task_path, cw.task_id, cw.idx) AS types,
+           array_agg(cw.blob ORDER BY cw.task_path, cw.task_id, cw.idx) AS blobs,
+           array_agg(cw.task_path ORDER BY cw.task_path, cw.task_id, cw.idx) AS paths,
+           array_agg(cw.idx ORDER BY cw.task_path, cw.task_id, cw.idx) AS idxs
+    FROM checkpoint_writes cw
+    WHERE cw.thread_id = c.thread_id AND cw.checkpoint_ns = c.checkpoint_ns
+      AND cw.checkpoint_id = c.checkpoint_id
+) w ON true
+"
+    };
+}
+
+/// The head of a list page: `WITH page AS (SELECT <checkpoint columns> FROM checkpoints c`,
+/// completed by the list query builder with its conditions, order and limit, then
+/// [`LIST_PAGE_TAIL`].
+pub(crate) const LIST_PAGE_HEAD: &str = "
+WITH page AS (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata
+    FROM checkpoints c";
+
+/// The rest of a list page: one row per checkpoint (kind `c`, with its pending writes) and
+/// one row per distinct value the page's checkpoints name (kind `b`), so a value shared by
+/// many checkpoints of the page (an unchanged channel) is sent once.
+pub(crate) const LIST_PAGE_TAIL: &str = "
+),
+needed AS (
+    SELECT DISTINCT p.thread_id, p.checkpoint_ns, v.key AS channel, v.value AS version
+    FROM page p CROSS JOIN LATERAL jsonb_each_text(p.checkpoint -> 'channel_versions') AS v
+)
+SELECT 'c' AS kind, p.thread_id, p.checkpoint_ns, p.checkpoint_id, p.parent_checkpoint_id, p.checkpoint, p.metadata,
+       NULL::text AS channel, NULL::text AS version, NULL::text AS type, NULL::bytea AS blob,
+       w.task_ids, w.channels AS w_channels, w.types AS w_types, w.blobs AS w_blobs, w.paths, w.idxs
+FROM page p
+LEFT JOIN LATERAL (
+    SELECT array_agg(cw.task_id ORDER BY cw.task_path, cw.task_id, cw.idx) AS task_ids,
+           array_agg(cw.channel ORDER BY cw.task_path, cw.task_id, cw.idx) AS channels,
+           array_agg(coalesce(cw.type, 'msgpack') ORDER BY cw.task_path, cw.task_id, cw.idx) AS types,
+           array_agg(cw.blob ORDER BY cw.task_path, cw.task_id, cw.idx) AS blobs,
+           array_agg(cw.task_path ORDER BY cw.task_path, cw.task_id, cw.idx) AS paths,
+           array_agg(cw.idx ORDER BY cw.task_path, cw.task_id, cw.idx) AS idxs
+    FROM checkpoint_writes cw
+    WHERE cw.thread_id = p.thread_id AND cw.checkpoint_ns = p.checkpoint_ns AND cw.checkpoint_id = p.checkpoint_id
+) w ON true
+UNION ALL
+SELECT 'b', n.thread_id, n.checkpoint_ns, NULL, NULL, NULL, NULL,
+       bl.channel, bl.version, bl.type, bl.blob,
+       NULL, NULL, NULL, NULL, NULL, NULL
+FROM needed n
+CROSS JOIN LATERAL (
+    SELECT b.channel, b.version, b.type, b.blob FROM checkpoint_blobs b
+    WHERE b.thread_id = n.thread_id AND b.checkpoint_ns = n.checkpoint_ns
+      AND b.channel = n.channel AND b.version = n.version
+    LIMIT 1
+) AS bl
+ORDER BY 1, 4 DESC, 2 DESC, 3 DESC
+";
+
+/// get_tuple by id: $1 thread, $2 ns, $3 id.
+pub(crate) const GET_BY_ID: &str = concat!(
+    select_tuple!(),
+    " WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = $3"
+);
+
+/// get_tuple latest: $1 thread, $2 ns.
+pub(crate) const GET_LATEST: &str = concat!(
+    select_tuple!(),
+    " WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 ORDER BY c.checkpoint_id DESC LIMIT 1"
+);
+
+/// put, one statement (one round trip, one implicit transaction).
+///
+/// $1 thread, $2 ns, $3 id, $4 parent id (NULL: none), $5 checkpoint JSONB, $6 metadata
+/// JSONB, $7..$10 the new values as parallel arrays (channel, version, type, blob), $11
+/// compare-and-set, $12 fencing token (NULL: unfenced).
+///
+/// Returns one row: whether the fence and the compare-and-set passed, the head seen by the
+/// compare-and-set, and the thread's current lease token. Nothing is written unless both
+/// passed. `inline_copy` turns values a LangGraph Python writer kept inline in the parent's
+/// checkpoint JSON into `json` blobs when this checkpoint still names their version, so a
+/// thread started in Python and continued here keeps every value (Python reads `json`
+/// blobs natively).
+pub(crate) const PUT: &str = "
+WITH lease AS (
+    SELECT token FROM checkpoint_leases
+    WHERE thread_id = $1 AND $12::bigint IS NOT NULL
+    FOR SHARE
+),
+head AS (
+    SELECT CASE WHEN $11 THEN checkpoint_rs_locked_head($1, $2) END AS head
+),
+gate AS (
+    SELECT ($12::bigint IS NULL OR coalesce((SELECT token FROM lease) = $12, false)) AS fence_ok,
+           (NOT $11
+            OR h.head IS NOT DISTINCT FROM $4::text
+            OR (h.head = $3 AND EXISTS (
+                SELECT 1 FROM checkpoints p
+                WHERE p.thread_id = $1 AND p.checkpoint_ns = $2 AND p.checkpoint_id = $3
+                  AND p.parent_checkpoint_id IS NOT DISTINCT FROM $4::text))) AS cas_ok,
+           h.head,
+           (SELECT token FROM lease) AS current_token
+    FROM head h
+),
+blobs AS (
+    INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT $1, $2, u.channel, u.version, u.type, u.blob
+    FROM unnest($7::text[], $8::text[], $9::text[], $10::bytea[]) AS u(channel, version, type, blob)
+    WHERE (SELECT fence_ok AND cas_ok FROM gate)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+),
+inline_copy AS (
+    INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT $1, $2, v.key, v.value, 'json', convert_to((p.checkpoint -> 'channel_values' -> v.key)::text, 'UTF8')
+    FROM checkpoints p
+    CROSS JOIN LATERAL jsonb_each_text($5::jsonb -> 'channel_versions') AS v
+    WHERE $4::text IS NOT NULL
+      AND p.thread_id = $1 AND p.checkpoint_ns = $2 AND p.checkpoint_id = $4::text
+      AND p.checkpoint -> 'channel_values' ? v.key
+      AND p.checkpoint -> 'channel_versions' ->> v.key = v.value
+      AND NOT (v.key = ANY($7::text[]))
+      AND (SELECT fence_ok AND cas_ok FROM gate)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+),
+cp AS (
+    INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
+    SELECT $1, $2, $3, $4::text, $5, $6
+    WHERE (SELECT fence_ok AND cas_ok FROM gate)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+        checkpoint = EXCLUDED.checkpoint,
+        metadata = EXCLUDED.metadata,
+        parent_checkpoint_id = EXCLUDED.parent_checkpoint_id
+)
+SELECT fence_ok, cas_ok, head, current_token FROM gate
+";
+
+macro_rules! put_writes {
+    ($conflict:literal) => {
+        concat!(
+            "
+WITH lease AS (
+    SELECT token FROM checkpoint_leases
+    WHERE thread_id = $1 AND $10::bigint IS NOT NULL
+    FOR SHARE
+),
+gate AS (
+    SELECT ($10::bigint IS NULL OR coalesce((SELECT token FROM lease) = $10, false)) AS fence_ok,
+           (SELECT token FROM lease) AS current_token
+),
+ins AS (
+    INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+    SELECT $1, $2, $3, $4, $5, u.idx, u.channel, u.type, u.blob
+    FROM unnest($6::int[], $7::text[], $8::text[], $9::bytea[]) WITH ORDINALITY AS u(idx, channel, type, blob, n)
+    WHERE (SELECT fence_ok FROM gate)
+    ORDER BY u.n
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) ",
+            $conflict,
+            "
+)
+SELECT fence_ok, current_token FROM gate
+"
+        )
+    };
+}
+
+/// put_writes keeping existing writes (first write wins). $1 thread, $2 ns, $3 checkpoint
+/// id, $4 task id, $5 task path, $6..$9 (idx, channel, type, blob) arrays, $10 fence.
+pub(crate) const PUT_WRITES_KEEP: &str = put_writes!("DO NOTHING");
+
+/// put_writes replacing existing writes (a call made only of special channels).
+pub(crate) const PUT_WRITES_REPLACE: &str = put_writes!(
+    "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path"
+);
+
+/// The highest applied LangGraph migration.
+pub(crate) const LANGGRAPH_VERSION: &str = "SELECT max(v) FROM checkpoint_migrations";
+/// Records a LangGraph migration: $1 version.
+pub(crate) const LANGGRAPH_RECORD: &str =
+    "INSERT INTO checkpoint_migrations (v) VALUES ($1) ON CONFLICT DO NOTHING";
+/// The highest applied migration of this crate.
+pub(crate) const OWN_VERSION: &str = "SELECT max(v) FROM checkpoint_rs_migrations";
+/// Records a migration of this crate: $1 version.
+pub(crate) const OWN_RECORD: &str =
+    "INSERT INTO checkpoint_rs_migrations (v) VALUES ($1) ON CONFLICT DO NOTHING";
+
+/// delete_thread: $1 thread.
+pub(crate) const DELETE_THREAD: &str = "
+WITH c AS (DELETE FROM checkpoints WHERE thread_id = $1),
+     b AS (DELETE FROM checkpoint_blobs WHERE thread_id = $1)
+DELETE FROM checkpoint_writes WHERE thread_id = $1
+";
+
+/// copy_thread: $1 source, $2 target. Existing target rows are kept.
+pub(crate) const COPY_THREAD: &str = "
+WITH c AS (
+    INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
+    SELECT $2, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
+    FROM checkpoints WHERE thread_id = $1
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO NOTHING
+),
+b AS (
+    INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT $2, checkpoint_ns, channel, version, type, blob
+    FROM checkpoint_blobs WHERE thread_id = $1
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+)
+INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT $2, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
+FROM checkpoint_writes WHERE thread_id = $1
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+";
+
+/// prune keeping the newest $2 (> 0) checkpoints of each namespace of the threads $1.
+/// Deletes the rest, their writes, and values no kept checkpoint names.
+pub(crate) const PRUNE_KEEP: &str = "
+WITH ranked AS (
+    SELECT thread_id, checkpoint_ns, checkpoint_id, checkpoint -> 'channel_versions' AS versions,
+           row_number() OVER (PARTITION BY thread_id, checkpoint_ns ORDER BY checkpoint_id DESC) AS rn
+    FROM checkpoints WHERE thread_id = ANY($1)
+),
+del_cp AS (
+    DELETE FROM checkpoints c USING ranked r
+    WHERE r.rn > $2 AND c.thread_id = r.thread_id AND c.checkpoint_ns = r.checkpoint_ns
+      AND c.checkpoint_id = r.checkpoint_id
+),
+del_w AS (
+    DELETE FROM checkpoint_writes w USING ranked r
+    WHERE r.rn > $2 AND w.thread_id = r.thread_id AND w.checkpoint_ns = r.checkpoint_ns
+      AND w.checkpoint_id = r.checkpoint_id
+),
+live AS (
+    SELECT DISTINCT r.thread_id, r.checkpoint_ns, v.key AS channel, v.value AS version
+    FROM ranked r CROSS JOIN LATERAL jsonb_each_text(r.versions) AS v
+    WHERE r.rn <= $2
+),
+touched AS (
+    SELECT DISTINCT thread_id, checkpoint_ns FROM ranked WHERE rn > $2
+)
+DELETE FROM checkpoint_blobs b USING touched t
+WHERE b.thread_id = t.thread_id AND b.checkpoint_ns = t.checkpoint_ns
+  AND NOT EXISTS (
+      SELECT 1 FROM live l
+      WHERE l.thread_id = b.thread_id AND l.checkpoint_ns = b.checkpoint_ns
+        AND l.channel = b.channel AND l.version = b.version)
+";
+
+/// prune deleting everything of the threads $1.
+pub(crate) const PRUNE_ALL: &str = "
+WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY($1)),
+     b AS (DELETE FROM checkpoint_blobs WHERE thread_id = ANY($1))
+DELETE FROM checkpoint_writes WHERE thread_id = ANY($1)
+";
+
+/// delete_for_runs: $1 run ids. Deletes matching checkpoints everywhere, their writes, and
+/// values no remaining checkpoint of the same namespace names.
+pub(crate) const DELETE_FOR_RUNS: &str = "
+WITH doomed AS (
+    DELETE FROM checkpoints
+    WHERE metadata ->> 'run_id' = ANY($1) AND jsonb_typeof(metadata -> 'run_id') = 'string'
+    RETURNING thread_id, checkpoint_ns, checkpoint_id
+),
+del_w AS (
+    DELETE FROM checkpoint_writes w USING doomed d
+    WHERE w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns AND w.checkpoint_id = d.checkpoint_id
+),
+touched AS (SELECT DISTINCT thread_id, checkpoint_ns FROM doomed)
+DELETE FROM checkpoint_blobs b USING touched t
+WHERE b.thread_id = t.thread_id AND b.checkpoint_ns = t.checkpoint_ns
+  AND NOT EXISTS (
+      SELECT 1 FROM checkpoints c CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+      WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+        AND v.key = b.channel AND v.value = b.version
+        AND NOT coalesce(c.metadata ->> 'run_id' = ANY($1) AND jsonb_typeof(c.metadata -> 'run_id') = 'string', false))
+";
+
+/// acquire_lease: $1 thread, $2 holder, $3 ttl in microseconds. Returns the token, or no row
+/// while another holder's lease is live.
+pub(crate) const ACQUIRE_LEASE: &str = "
+INSERT INTO checkpoint_leases AS l (thread_id, holder, token, expires_at)
+VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 microsecond')
+ON CONFLICT (thread_id) DO UPDATE SET
+    token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
+                 THEN l.token ELSE l.token + 1 END,
+    holder = EXCLUDED.holder,
+    expires_at = EXCLUDED.expires_at
+WHERE l.expires_at <= clock_timestamp() OR l.holder = EXCLUDED.holder
+RETURNING token
+";
+
+/// renew_lease: $1 thread, $2 holder, $3 token, $4 ttl µs. Returns the row's token and
+/// whether it was renewed.
+pub(crate) const RENEW_LEASE: &str = "
+WITH r AS (
+    UPDATE checkpoint_leases
+    SET expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
+    WHERE thread_id = $1 AND holder = $2 AND token = $3
+    RETURNING token
+)
+SELECT EXISTS (SELECT 1 FROM r) AS renewed,
+       coalesce((SELECT token FROM r), (SELECT token FROM checkpoint_leases WHERE thread_id = $1), 0) AS current
+";
+
+/// release_lease: $1 thread, $2 holder, $3 token.
+pub(crate) const RELEASE_LEASE: &str = "
+UPDATE checkpoint_leases SET expires_at = clock_timestamp(), holder = ''
+WHERE thread_id = $1 AND holder = $2 AND token = $3
+";
+
+/// claim: $1 key, $2 ttl µs. Returns the new token when acquired.
+pub(crate) const CLAIM: &str = "
+INSERT INTO checkpoint_ledger AS l (key, token, state, expires_at)
+VALUES ($1, 1, 'pending', clock_timestamp() + $2::bigint * interval '1 microsecond')
+ON CONFLICT (key) DO UPDATE SET
+    token = l.token + 1, state = 'pending', expires_at = EXCLUDED.expires_at, updated_at = now()
+WHERE l.state = 'abandoned' OR (l.state = 'pending' AND l.expires_at <= clock_timestamp())
+RETURNING token
+";
+
+/// The state of a ledger key: $1 key.
+pub(crate) const CLAIM_STATE: &str = "
+SELECT token, state, outcome_type, outcome,
+       greatest(0, (extract(epoch FROM expires_at - clock_timestamp()) * 1e6))::bigint AS expires_in_us
+FROM checkpoint_ledger WHERE key = $1
+";
+
+/// complete_claim: $1 key, $2 token, $3 outcome type, $4 outcome. Returns the key's token and
+/// state after the call.
+pub(crate) const COMPLETE_CLAIM: &str = "
+WITH u AS (
+    UPDATE checkpoint_ledger
+    SET state = 'completed', outcome_type = $3, outcome = $4, updated_at = now()
+    WHERE key = $1 AND token = $2 AND state = 'pending'
+    RETURNING token, state
+)
+SELECT coalesce((SELECT token FROM u), l.token, 0) AS token,
+       coalesce((SELECT state FROM u), l.state, '') AS state
+FROM (SELECT 1) AS one LEFT JOIN checkpoint_ledger l ON l.key = $1
+";
+
+/// abandon_claim: $1 key, $2 token.
+pub(crate) const ABANDON_CLAIM: &str = "
+UPDATE checkpoint_ledger SET state = 'abandoned', updated_at = now()
+WHERE key = $1 AND token = $2 AND state = 'pending'
+";

@@ -1,0 +1,136 @@
+//! The backend's private error type and its mapping into [`checkpoint_core::Error`].
+
+use checkpoint_core::Error;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+/// Name of this backend in core errors.
+pub(crate) const BACKEND: &str = "redis";
+
+/// What can go wrong talking to Redis, before it becomes a core [`Error`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RedisSaverError {
+    /// The driver failed (connection, timeout, server error, ...).
+    #[error("redis command failed")]
+    Redis(#[source] RedisError),
+    /// No pooled connection became available within the pool timeout.
+    #[error("timed out waiting for a pooled redis connection")]
+    PoolTimeout,
+    /// A script answered with something this crate does not understand.
+    #[error("unexpected reply from redis: {0}")]
+    Protocol(String),
+}
+
+impl From<RedisError> for RedisSaverError {
+    fn from(e: RedisError) -> Self {
+        RedisSaverError::Redis(e)
+    }
+}
+
+/// Whether a driver error is worth retrying: the connection dropped or was refused, an I/O
+/// timeout, or the server (or cluster) is temporarily unable to serve.
+pub(crate) fn redis_is_transient(e: &RedisError) -> bool {
+    if e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+    {
+        return true;
+    }
+    matches!(
+        e.kind(),
+        ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+            )
+    )
+}
+
+/// Whether the connection an error came from must be replaced.
+pub(crate) fn breaks_connection(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+impl RedisSaverError {
+    /// Whether the operation may succeed if retried unchanged.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            RedisSaverError::Redis(e) => redis_is_transient(e),
+            RedisSaverError::PoolTimeout => true,
+            RedisSaverError::Protocol(_) => false,
+        }
+    }
+}
+
+impl From<RedisSaverError> for Error {
+    fn from(e: RedisSaverError) -> Self {
+        if e.is_transient() {
+            Error::Unavailable {
+                backend: BACKEND,
+                source: Box::new(e),
+            }
+        } else {
+            Error::Backend {
+                backend: BACKEND,
+                source: Box::new(e),
+            }
+        }
+    }
+}
+
+/// A reply that does not have the shape a script returns.
+pub(crate) fn protocol(what: impl Into<String>) -> Error {
+    RedisSaverError::Protocol(what.into()).into()
+}
+
+/// A stored record that does not decode.
+pub(crate) fn corrupt(what: impl Into<String>) -> Error {
+    Error::Serialization {
+        reason: what.into(),
+        source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    #[test]
+    fn io_errors_are_unavailable_with_their_source() {
+        let e = RedisError::from(io::Error::new(io::ErrorKind::ConnectionRefused, "refused"));
+        let core: Error = RedisSaverError::Redis(e).into();
+        assert!(core.is_transient());
+        assert!(matches!(
+            core,
+            Error::Unavailable {
+                backend: "redis",
+                ..
+            }
+        ));
+        let source = std::error::Error::source(&core).expect("kept source");
+        assert!(
+            std::error::Error::source(source).is_some(),
+            "driver error kept"
+        );
+        let core: Error = RedisSaverError::PoolTimeout.into();
+        assert!(core.is_transient());
+    }
+
+    #[test]
+    fn server_errors_are_backend_errors() {
+        let e = RedisError::from((ErrorKind::Server(ServerErrorKind::ResponseError), "ERR bad"));
+        let core: Error = RedisSaverError::Redis(e).into();
+        assert!(!core.is_transient());
+        assert!(matches!(core, Error::Backend { .. }));
+        let e = RedisError::from((ErrorKind::Server(ServerErrorKind::BusyLoading), "LOADING"));
+        assert!(Error::from(RedisSaverError::Redis(e)).is_transient());
+        assert!(!Error::from(RedisSaverError::Protocol("x".into())).is_transient());
+    }
+}

@@ -1,0 +1,434 @@
+//! The key layout and every encoding of identifiers into key names and index members.
+//!
+//! Two encodings are used, both injective (no two inputs share an output):
+//!
+//! * [`key_part`] for identifiers inside **key names**: bytes outside `[A-Za-z0-9._-]` become
+//!   `%XX`. The result has no `{`, `}`, `*`, `?`, `[`, `]`, `\`, `:`, space, NUL or non-ASCII
+//!   byte, so a thread id can neither open/close a hash tag, nor glob in a `SCAN MATCH`, nor
+//!   fake a key separator.
+//! * [`esc`] for identifiers inside **sorted-set members and hash fields**: an
+//!   order-preserving escape (`0x00` → `01 01`, `0x01` → `01 02`) followed by a `0x00`
+//!   terminator. Components are self-delimiting, and byte order of the encoded string equals
+//!   string order of the original, so `ZRANGEBYLEX` orders checkpoints by id exactly as the
+//!   contract compares them, with ties broken by the following components.
+
+use std::fmt::Write as _;
+
+use checkpoint_core::ChannelVersion;
+use serde_json::Value;
+
+/// Encodes an identifier for use inside a key name (see the module docs).
+pub(crate) fn key_part(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Appends the order-preserving, self-delimiting encoding of `s` to `out`.
+pub(crate) fn esc_into(out: &mut Vec<u8>, s: &[u8]) {
+    for &b in s {
+        match b {
+            0 => out.extend_from_slice(&[1, 1]),
+            1 => out.extend_from_slice(&[1, 2]),
+            b => out.push(b),
+        }
+    }
+    out.push(0);
+}
+
+/// The order-preserving, self-delimiting encoding of `s`.
+pub(crate) fn esc(s: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 1);
+    esc_into(&mut out, s.as_bytes());
+    out
+}
+
+/// Decodes one [`esc`] component at the start of `input`; returns it and the rest.
+pub(crate) fn unesc(input: &[u8]) -> Option<(Vec<u8>, &[u8])> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < input.len() {
+        match input[i] {
+            0 => return Some((out, &input[i + 1..])),
+            1 => {
+                match input.get(i + 1)? {
+                    1 => out.push(0),
+                    2 => out.push(1),
+                    _ => return None,
+                }
+                i += 2;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    None
+}
+
+/// Decodes one [`esc`] component that must be UTF-8.
+pub(crate) fn unesc_str(input: &[u8]) -> Option<(String, &[u8])> {
+    let (raw, rest) = unesc(input)?;
+    Some((String::from_utf8(raw).ok()?, rest))
+}
+
+/// A thread-local checkpoint reference: `esc(id) esc(ns)`. Also the prefix of the members of
+/// the checkpoint's pending writes.
+pub(crate) fn tref(id: &str, ns: &str) -> Vec<u8> {
+    let mut out = esc(id);
+    esc_into(&mut out, ns.as_bytes());
+    out
+}
+
+/// Decodes a [`tref`] into `(id, ns)`.
+pub(crate) fn parse_tref(r: &[u8]) -> Option<(String, String)> {
+    let (id, rest) = unesc_str(r)?;
+    let (ns, rest) = unesc_str(rest)?;
+    rest.is_empty().then_some((id, ns))
+}
+
+/// A global checkpoint reference: `esc(id) esc(thread) esc(ns)`.
+pub(crate) fn gref(id: &str, thread: &str, ns: &str) -> Vec<u8> {
+    let mut out = esc(id);
+    esc_into(&mut out, thread.as_bytes());
+    esc_into(&mut out, ns.as_bytes());
+    out
+}
+
+/// Decodes a [`gref`] into `(id, thread, ns)`.
+pub(crate) fn parse_gref(r: &[u8]) -> Option<(String, String, String)> {
+    let (id, rest) = unesc_str(r)?;
+    let (thread, rest) = unesc_str(rest)?;
+    let (ns, rest) = unesc_str(rest)?;
+    rest.is_empty().then_some((id, thread, ns))
+}
+
+/// An `i64` as 8 bytes whose byte order equals numeric order.
+pub(crate) fn idx8(i: i64) -> [u8; 8] {
+    ((i as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// Inverse of [`idx8`].
+pub(crate) fn parse_idx8(b: &[u8]) -> Option<i64> {
+    let arr: [u8; 8] = b.try_into().ok()?;
+    Some((u64::from_be_bytes(arr) ^ (1 << 63)) as i64)
+}
+
+/// A channel version as stored in a blob field: `i<n>` or `s<string>`.
+pub(crate) fn version_str(v: &ChannelVersion) -> String {
+    match v {
+        ChannelVersion::Int(n) => format!("i{n}"),
+        ChannelVersion::Str(s) => format!("s{s}"),
+    }
+}
+
+/// The field of a channel value in the thread's blob hash: `esc(ns) esc(channel) version`.
+pub(crate) fn blob_field(ns: &str, channel: &str, version: &ChannelVersion) -> Vec<u8> {
+    let mut out = esc(ns);
+    esc_into(&mut out, channel.as_bytes());
+    out.extend_from_slice(version_str(version).as_bytes());
+    out
+}
+
+/// Appends a length-prefixed string (`<len>:<bytes>`), the packing the scripts parse.
+pub(crate) fn netstr_into(out: &mut Vec<u8>, s: &[u8]) {
+    out.extend_from_slice(s.len().to_string().as_bytes());
+    out.push(b':');
+    out.extend_from_slice(s);
+}
+
+/// Reads one length-prefixed string; returns it and the rest.
+pub(crate) fn netstr(input: &[u8]) -> Option<(&[u8], &[u8])> {
+    let colon = input.iter().position(|&b| b == b':')?;
+    let len: usize = std::str::from_utf8(&input[..colon]).ok()?.parse().ok()?;
+    let start = colon + 1;
+    let end = start.checked_add(len)?;
+    if end > input.len() {
+        return None;
+    }
+    Some((&input[start..end], &input[end..]))
+}
+
+/// Packs a list of byte strings.
+pub(crate) fn pack_list<I, S>(items: I) -> Vec<u8>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<[u8]>,
+{
+    let mut out = Vec::new();
+    for item in items {
+        netstr_into(&mut out, item.as_ref());
+    }
+    out
+}
+
+/// Unpacks a list packed by [`pack_list`].
+pub(crate) fn unpack_list(mut input: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    while !input.is_empty() {
+        let (item, rest) = netstr(input)?;
+        out.push(item.to_vec());
+        input = rest;
+    }
+    Some(out)
+}
+
+/// A canonical form of a JSON value for the metadata indexes: values equal under
+/// [`json_equal`](checkpoint_core::json_equal) have the same form (numbers by their `f64`
+/// value, objects by sorted keys, everything length-prefixed). Distinct values may share a
+/// form only for integers beyond 2^53 that round to the same `f64`; index reads re-check
+/// every candidate with the exact predicate, so this only costs a candidate.
+pub(crate) fn canonical(v: &Value) -> String {
+    let mut out = String::new();
+    canonical_into(&mut out, v);
+    out
+}
+
+fn canonical_into(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push('n'),
+        Value::Bool(true) => out.push('t'),
+        Value::Bool(false) => out.push('f'),
+        Value::Number(n) => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            let f = if f == 0.0 { 0.0 } else { f };
+            let _ = write!(out, "d{f:e};");
+        }
+        Value::String(s) => {
+            let _ = write!(out, "s{}:{s}", s.len());
+        }
+        Value::Array(items) => {
+            let _ = write!(out, "a{}:", items.len());
+            for item in items {
+                canonical_into(out, item);
+            }
+        }
+        Value::Object(map) => {
+            let _ = write!(out, "o{}:", map.len());
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            for k in keys {
+                let _ = write!(out, "{}:{k}", k.len());
+                canonical_into(out, &map[k]);
+            }
+        }
+    }
+}
+
+/// Longest token kept readable; longer ones are hashed.
+const MAX_TOKEN: usize = 160;
+
+/// The index token of a metadata condition `key == value`: printable ASCII without NUL,
+/// so `token \0 ref` members parse unambiguously.
+pub(crate) fn token(key: &str, value: &Value) -> String {
+    let canon = canonical(value);
+    let readable = format!("k{}={}", key_part(key), key_part(&canon));
+    if readable.len() <= MAX_TOKEN {
+        return readable;
+    }
+    let mut bytes = Vec::with_capacity(key.len() + canon.len() + 1);
+    bytes.extend_from_slice(key.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(canon.as_bytes());
+    let (a, b) = fnv128(&bytes);
+    format!("h{a:016x}{b:016x}")
+}
+
+/// Two independent 64-bit FNV-1a hashes (different offset bases). A collision only costs a
+/// false candidate, which reads re-check; it can never make a match disappear.
+fn fnv128(bytes: &[u8]) -> (u64, u64) {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut b: u64 = 0x6c62_272e_07bb_0142;
+    for &x in bytes {
+        a = (a ^ u64::from(x)).wrapping_mul(PRIME);
+        b = (b ^ u64::from(x.rotate_left(3))).wrapping_mul(PRIME);
+    }
+    (a, b)
+}
+
+/// Names of the keys of one saver (one key prefix).
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    prefix: String,
+}
+
+/// The data keys of one thread, in the order the scripts expect them in `KEYS`.
+pub(crate) const THREAD_KEY_SUFFIXES: [&str; 8] =
+    ["cp", "bl", "rc", "wi", "wv", "mi", "opt", "lease"];
+
+/// Positions in [`THREAD_KEY_SUFFIXES`].
+pub(crate) const CP: usize = 0;
+pub(crate) const BL: usize = 1;
+pub(crate) const WI: usize = 3;
+pub(crate) const WV: usize = 4;
+pub(crate) const LEASE: usize = 7;
+
+impl Layout {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `<prefix>:{<thread>}`: the hash tag puts every key of a thread in one Cluster slot.
+    pub(crate) fn thread_base(&self, thread: &str) -> String {
+        format!("{}:{{{}}}", self.prefix, key_part(thread))
+    }
+
+    /// The 8 keys of a thread (see [`THREAD_KEY_SUFFIXES`]).
+    pub(crate) fn thread_keys(&self, thread: &str) -> Vec<String> {
+        let base = self.thread_base(thread);
+        THREAD_KEY_SUFFIXES
+            .iter()
+            .map(|s| format!("{base}:{s}"))
+            .collect()
+    }
+
+    /// The global index key (`mi`), in its own slot. `%g` cannot be the
+    /// encoding of a thread id (`%` is always followed by two hex digits there).
+    pub(crate) fn global_keys(&self) -> Vec<String> {
+        ["mi"]
+            .iter()
+            .map(|s| format!("{}:{{%g}}:{s}", self.prefix))
+            .collect()
+    }
+
+    /// The key of an idempotency-ledger entry, in its own slot.
+    pub(crate) fn ledger_key(&self, key: &str) -> String {
+        format!("{}:{{%l{}}}:claim", self.prefix, key_part(key))
+    }
+
+    /// The `SCAN MATCH` pattern of every key of this saver (the prefix is glob-free).
+    pub(crate) fn pattern(&self) -> String {
+        format!("{}:*", self.prefix)
+    }
+}
+
+/// Whether a key prefix is acceptable: non-empty, at most 128 bytes of `[A-Za-z0-9._:/-]`
+/// (no hash-tag braces, no glob characters).
+pub(crate) fn valid_prefix(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 128
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_part_is_glob_and_tag_free_and_injective() {
+        let inputs = [
+            "", "a", "*", "?", "[a]", "{t}", "}", ":", " ", "\0", "%", "%25", "ü", "a b", "a%20b",
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for s in inputs {
+            let k = key_part(s);
+            assert!(
+                k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-%".contains(&b)),
+                "{s:?} -> {k:?}"
+            );
+            assert!(seen.insert(k), "collision for {s:?}");
+        }
+    }
+
+    #[test]
+    fn esc_preserves_order_and_roundtrips() {
+        let mut words = vec![
+            "", "\0", "\u{1}", "\u{1}\0", "a", "a\0", "a\0b", "ab", "a\u{1}", "b", "ü", "zz",
+        ];
+        words.sort();
+        let encoded: Vec<Vec<u8>> = words.iter().map(|w| esc(w)).collect();
+        let mut sorted = encoded.clone();
+        sorted.sort();
+        assert_eq!(encoded, sorted, "escape must preserve order");
+        for w in &words {
+            let mut e = esc(w);
+            e.extend_from_slice(b"rest");
+            let (back, rest) = unesc_str(&e).unwrap();
+            assert_eq!((back.as_str(), rest), (*w, &b"rest"[..]));
+        }
+        // Composite keys order by their first component first.
+        assert!(tref("a", "zzz") < tref("ab", ""));
+        assert!(gref("x", "t", "") < gref("x", "t", "n"));
+        assert_eq!(
+            parse_gref(&gref("i\0d", "t{}", "a:b")).unwrap(),
+            ("i\0d".into(), "t{}".into(), "a:b".into())
+        );
+        assert_eq!(
+            parse_tref(&tref("i", "")).unwrap(),
+            ("i".into(), String::new())
+        );
+    }
+
+    #[test]
+    fn idx8_orders_like_integers() {
+        let v = [i64::MIN, -4, -1, 0, 1, 2, 300, i64::MAX];
+        for w in v.windows(2) {
+            assert!(idx8(w[0]) < idx8(w[1]));
+        }
+        for x in v {
+            assert_eq!(parse_idx8(&idx8(x)), Some(x));
+        }
+    }
+
+    #[test]
+    fn packing_roundtrips() {
+        let items: Vec<&[u8]> = vec![b"", b"a:b", b"\0\xff", b"12:"];
+        let packed = pack_list(items.clone());
+        assert_eq!(unpack_list(&packed).unwrap(), items);
+        assert!(unpack_list(b"5:ab").is_none());
+        assert!(unpack_list(b"x:ab").is_none());
+    }
+
+    #[test]
+    fn tokens_follow_json_equal() {
+        assert_eq!(token("step", &json!(5)), token("step", &json!(5.0)));
+        assert_ne!(token("step", &json!(5)), token("step", &json!("5")));
+        assert_ne!(token("step", &json!(5)), token("step", &json!(6)));
+        assert_eq!(
+            token("o", &json!({"a": 1, "b": [1, 2]})),
+            token("o", &json!({"b": [1.0, 2], "a": 1}))
+        );
+        assert_ne!(
+            token("o", &json!({"a": 1})),
+            token("o", &json!({"a": 1, "b": 1}))
+        );
+        assert_ne!(token("a", &json!("b=c")), token("a=b", &json!("c")));
+        assert_eq!(token("z", &json!(0.0)), token("z", &json!(-0.0)));
+        let long = "x".repeat(1000);
+        let t = token("k", &json!(long));
+        assert!(t.starts_with('h') && t.len() == 33, "{t}");
+        assert_ne!(t, token("k", &json!(format!("{long}y"))));
+        for t in [token("\0*", &json!("{\0}")), t] {
+            assert!(t.bytes().all(|b| b.is_ascii_graphic()), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn layout_keys_share_a_tag_per_thread() {
+        let l = Layout::new("cp");
+        let keys = l.thread_keys("a{b}*");
+        assert!(keys.iter().all(|k| k.starts_with("cp:{a%7Bb%7D%2A}:")));
+        assert_eq!(l.global_keys()[0], "cp:{%g}:mi");
+        assert!(valid_prefix("checkpoint:test-1/x"));
+        assert!(!valid_prefix("a{b}"));
+        assert!(!valid_prefix("a*"));
+        assert!(!valid_prefix(""));
+    }
+}

@@ -1,0 +1,211 @@
+//! Shared test support: a conformance factory with one key prefix per saver, and local
+//! `redis-server` processes for the Cluster and durability tests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use checkpoint_core::{BoxError, Saver, async_trait};
+use checkpoint_redis::{RedisSaver, RedisSaverBuilder};
+use conformance_tests::SaverFactory;
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A key prefix no other saver of any test process uses.
+pub fn unique_prefix(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "cptest:{tag}:{}-{nanos}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Hands each clause savers with fresh prefixes; teardown deletes exactly those prefixes.
+pub struct RedisFactory {
+    builder: Option<RedisSaverBuilder>,
+    missing: String,
+    tag: &'static str,
+    built: Mutex<Vec<RedisSaver>>,
+}
+
+impl RedisFactory {
+    /// The single server of `CHECKPOINT_TEST_REDIS_URL`.
+    pub fn from_env() -> Self {
+        Self {
+            builder: conformance_tests::server_url("redis").map(RedisSaverBuilder::new),
+            missing:
+                "CHECKPOINT_TEST_REDIS_URL is not set (run scripts/test.sh, which starts Redis)"
+                    .into(),
+            tag: "single",
+            built: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A given builder (its prefix is replaced per saver).
+    pub fn with_builder(
+        builder: Option<RedisSaverBuilder>,
+        missing: String,
+        tag: &'static str,
+    ) -> Self {
+        Self {
+            builder,
+            missing,
+            tag,
+            built: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl SaverFactory for RedisFactory {
+    async fn build(&self) -> Result<Arc<dyn Saver>, BoxError> {
+        let builder = self.builder.clone().ok_or_else(|| self.missing.clone())?;
+        let saver = builder.key_prefix(unique_prefix(self.tag)).build().await?;
+        self.built
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(saver.clone());
+        Ok(Arc::new(saver))
+    }
+
+    async fn teardown(&self) {
+        let built = std::mem::take(&mut *self.built.lock().unwrap_or_else(PoisonError::into_inner));
+        for saver in built {
+            if let Err(e) = saver.purge().await {
+                eprintln!("teardown of {}: {e}", saver.key_prefix());
+            }
+        }
+    }
+
+    fn skip_reason(&self) -> Option<String> {
+        self.builder.is_none().then(|| self.missing.clone())
+    }
+}
+
+/// Whether `redis-server` and `redis-cli` can be run.
+pub fn redis_binaries() -> Result<(), String> {
+    for bin in ["redis-server", "redis-cli"] {
+        let ok = Command::new(bin)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return Err(format!(
+                "{bin} is not installed (scripts/services/redis.sh installs it)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn port_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// `n` consecutive free loopback ports from `start` on (each with its Cluster bus port
+/// `+10000` free too).
+pub fn free_ports(start: u16, n: u16) -> Result<u16, String> {
+    let mut base = start;
+    while base < start + 600 {
+        if (0..n).all(|i| port_free(base + i) && port_free(base + i + 10_000)) {
+            return Ok(base);
+        }
+        base += n;
+    }
+    Err(format!("no {n} free ports from {start}"))
+}
+
+/// A scratch directory, removed by the watchdog.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "checkpoint-redis-{tag}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Starts `redis-server` on 127.0.0.1:`port` with `extra` arguments, in the foreground (a
+/// child of this process).
+pub fn spawn_server(port: u16, dir: &Path, extra: &[&str]) -> Result<Child, String> {
+    let mut cmd = Command::new("redis-server");
+    cmd.arg("--port")
+        .arg(port.to_string())
+        .arg("--bind")
+        .arg("127.0.0.1")
+        .arg("--dir")
+        .arg(dir)
+        .arg("--save")
+        .arg("")
+        .arg("--logfile")
+        .arg(dir.join(format!("{port}.log")))
+        .arg("--daemonize")
+        .arg("no")
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("starting redis-server: {e}"))?;
+    wait_ping(port, Duration::from_secs(15))?;
+    Ok(child)
+}
+
+/// Runs `redis-cli -p port args...` and returns its output.
+pub fn cli(port: u16, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("redis-cli")
+        .arg("-h")
+        .arg("127.0.0.1")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("redis-cli: {e}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub fn wait_ping(port: u16, timeout: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if cli(port, &["ping"]).is_ok_and(|o| o.trim() == "PONG") {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("redis-server on port {port} did not answer PING"))
+}
+
+/// A background shell that kills `pids` and removes `dir` once this test process exits
+/// (or after `max` at the latest), so servers started by a test never outlive it.
+pub fn watchdog(pids: &[u32], dir: &Path, max: Duration) {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let script = format!(
+        "i=0; while kill -0 {parent} 2>/dev/null && [ $i -lt {max} ]; do sleep 1; i=$((i+1)); done; \
+         kill -9 {pids} 2>/dev/null; sleep 1; rm -rf '{dir}'",
+        parent = std::process::id(),
+        max = max.as_secs(),
+        pids = pids.join(" "),
+        dir = dir.display(),
+    );
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}

@@ -1,0 +1,290 @@
+//! Durability and reconnection against servers this test starts itself: an AOF server with
+//! `appendfsync always` is killed (SIGKILL) and restarted on the same directory in the middle
+//! of a stream of writes; every acknowledged write must survive, the calls made while it is
+//! down must fail with a transient `Error::Unavailable`, and the same saver must carry on by
+//! itself once the server is back. A second server checks that each operation is one round
+//! trip. Servers are stopped by a watchdog when this test process exits.
+
+mod common;
+
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use checkpoint_core::{
+    Checkpoint, CheckpointConfig, CheckpointMetadata, Error, ListOptions, PutOptions,
+    PutWritesOptions, Saver, SaverExt, Source,
+};
+use checkpoint_redis::RedisSaverBuilder;
+use checkpoint_redis::redis;
+use common::{free_ports, redis_binaries, scratch_dir, spawn_server, watchdog};
+use conformance_tests::fixtures::{step, val};
+use serde_json::json;
+
+fn binaries_or_skip() -> bool {
+    match redis_binaries() {
+        Ok(()) => true,
+        Err(reason) => {
+            assert!(!conformance_tests::servers_required(), "{reason}");
+            eprintln!("SKIPPED: {reason}");
+            false
+        }
+    }
+}
+
+const AOF: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
+
+fn start(port: u16, dir: &std::path::Path) -> Child {
+    let child = spawn_server(port, dir, &AOF).unwrap_or_else(|e| panic!("{e}"));
+    watchdog(&[child.id()], dir, Duration::from_secs(900));
+    child
+}
+
+#[test]
+fn aof_restart_loses_no_acknowledged_write_and_the_saver_reconnects() {
+    if !binaries_or_skip() {
+        return;
+    }
+    let port = free_ports(7201, 1).unwrap();
+    let dir = scratch_dir("aof");
+    let mut server = start(port, &dir);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let saver = RedisSaverBuilder::new(format!("redis://127.0.0.1:{port}"))
+            .key_prefix("durability")
+            .pool_size(4)
+            .pool_timeout(Duration::from_millis(500))
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .unwrap();
+        let saver = Arc::new(saver);
+        const N: usize = 150;
+        let acked = Arc::new(AtomicUsize::new(0));
+        let writer = {
+            let saver = Arc::clone(&saver);
+            let acked = Arc::clone(&acked);
+            tokio::spawn(async move {
+                let mut failures = Vec::new();
+                let mut chain: Vec<(CheckpointConfig, Checkpoint)> = Vec::new();
+                for i in 0..N {
+                    let (c, v) = step(
+                        chain.last().map(|p| &p.1),
+                        &[("counter", Some(val(json!(i))))],
+                    );
+                    let parent = chain
+                        .last()
+                        .map_or_else(|| CheckpointConfig::new("durable"), |p| p.0.clone());
+                    let meta = CheckpointMetadata::for_step(Source::Loop, i as i64);
+                    // Retry the same put until it is acknowledged (puts are idempotent).
+                    let config = loop {
+                        match saver
+                            .put(
+                                &parent,
+                                c.clone(),
+                                meta.clone(),
+                                v.clone(),
+                                PutOptions::new(),
+                            )
+                            .await
+                        {
+                            Ok(config) => break config,
+                            Err(e) => {
+                                failures.push(e);
+                                tokio::time::sleep(Duration::from_millis(25)).await;
+                            }
+                        }
+                    };
+                    loop {
+                        match saver
+                            .put_writes(
+                                &config,
+                                vec![("w".into(), val(json!(i)))],
+                                "task",
+                                PutWritesOptions::new(),
+                            )
+                            .await
+                        {
+                            Ok(()) => break,
+                            Err(e) => {
+                                failures.push(e);
+                                tokio::time::sleep(Duration::from_millis(25)).await;
+                            }
+                        }
+                    }
+                    chain.push((config, c));
+                    acked.store(i + 1, Ordering::SeqCst);
+                }
+                (chain, failures)
+            })
+        };
+        while acked.load(Ordering::SeqCst) < N / 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Crash: SIGKILL, no shutdown save. Only the AOF (fsync always) keeps the data.
+        server.kill().unwrap();
+        server.wait().unwrap();
+        let at_crash = acked.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let dir2 = dir.clone();
+        let mut restarted = tokio::task::spawn_blocking(move || start(port, &dir2))
+            .await
+            .unwrap();
+        let (chain, failures) = writer.await.unwrap();
+        assert_eq!(chain.len(), N);
+        assert!(
+            !failures.is_empty(),
+            "the writer must have seen the server down (acked {at_crash} before the crash)"
+        );
+        for e in &failures {
+            assert!(
+                matches!(
+                    e,
+                    Error::Unavailable {
+                        backend: "redis",
+                        ..
+                    }
+                ) && e.is_transient(),
+                "a call made while the server is down must be Unavailable: {e:?}"
+            );
+            assert!(std::error::Error::source(e).is_some(), "source kept: {e:?}");
+        }
+        // Every acknowledged checkpoint and write is there, through the same saver.
+        let listed = saver
+            .list_all(ListOptions::thread("durable"))
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), N, "no acknowledged checkpoint may be lost");
+        for (i, (config, c)) in chain.iter().enumerate() {
+            let t = saver
+                .get_tuple(config)
+                .await
+                .unwrap()
+                .expect("acknowledged");
+            assert_eq!(&t.checkpoint, c, "checkpoint {i}");
+            assert_eq!(t.pending_writes.len(), 1, "writes of checkpoint {i}");
+        }
+        saver.purge().await.unwrap();
+        let _ = restarted.kill();
+        let _ = restarted.wait();
+    });
+}
+
+fn evalsha_calls(info: &str) -> u64 {
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Client commands other than `EVALSHA` a saver could send (commands run inside scripts are
+/// counted by `INFO commandstats` too, so they cannot be summed blindly).
+fn other_client_calls(info: &str) -> u64 {
+    [
+        "eval", "script", "ping", "multi", "exec", "watch", "hgetall", "mget",
+    ]
+    .iter()
+    .filter_map(|c| {
+        let prefix = format!("cmdstat_{c}:");
+        let l = info.lines().find(|l| l.starts_with(&prefix))?;
+        l.split("calls=")
+            .nth(1)?
+            .split(',')
+            .next()?
+            .parse::<u64>()
+            .ok()
+    })
+    .sum()
+}
+
+#[test]
+fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
+    if !binaries_or_skip() {
+        return;
+    }
+    let port = free_ports(7251, 1).unwrap();
+    let dir = scratch_dir("roundtrip");
+    let mut server = start(port, &dir);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let url = format!("redis://127.0.0.1:{port}");
+        let saver = RedisSaverBuilder::new(url.clone())
+            .key_prefix("rt")
+            .pool_size(1)
+            .build()
+            .await
+            .unwrap();
+        let client = redis::Client::open(url).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let stats = || {
+            let mut admin = admin.clone();
+            async move {
+                let info: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                (evalsha_calls(&info), other_client_calls(&info))
+            }
+        };
+        let big = val(json!("x".repeat(70_000)));
+        let (c1, v1) = step(None, &[("big", Some(big)), ("small", Some(val(json!(0))))]);
+        let cfg1 = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                c1.clone(),
+                CheckpointMetadata::new(),
+                v1,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        let before = stats().await;
+        let (c2, v2) = step(Some(&c1), &[("small", Some(val(json!(1))))]);
+        let cfg2 = saver
+            .put(&cfg1, c2, CheckpointMetadata::new(), v2, PutOptions::new())
+            .await
+            .unwrap();
+        let after = stats().await;
+        assert_eq!(after.0 - before.0, 1, "put is one EVALSHA");
+        assert_eq!(after.1, before.1, "put sends nothing else");
+        saver
+            .put_writes(
+                &cfg2,
+                vec![("a".into(), val(json!(1))), ("b".into(), val(json!(2)))],
+                "task",
+                PutWritesOptions::new(),
+            )
+            .await
+            .unwrap();
+        let after_writes = stats().await;
+        assert_eq!(after_writes.0 - after.0, 1, "put_writes is one EVALSHA");
+        assert_eq!(after_writes.1, after.1, "put_writes sends nothing else");
+        let t = saver
+            .get_tuple(&CheckpointConfig::new("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        let after_get = stats().await;
+        assert_eq!(after_get.0 - after_writes.0, 1, "get_tuple is one EVALSHA");
+        assert_eq!(after_get.1, after_writes.1, "get_tuple sends nothing else");
+        assert_eq!(t.pending_writes.len(), 2);
+        assert_eq!(t.checkpoint.channel_values.len(), 2);
+        // The unchanged 70 KB channel was stored once, not again by the second put.
+        let blobs: u64 = redis::cmd("HLEN")
+            .arg("rt:{t}:bl")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(blobs, 3, "big once, small twice");
+        saver.purge().await.unwrap();
+        let left: u64 = redis::cmd("DBSIZE").query_async(&mut admin).await.unwrap();
+        assert_eq!(left, 0, "purge removes every key of the prefix");
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+}

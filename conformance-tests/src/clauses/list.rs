@@ -1,0 +1,364 @@
+//! Clauses of `Saver::list`.
+
+use std::sync::Arc;
+
+use checkpoint_core::{InMemorySaver, ListOptions, Saver};
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use crate::fixtures::{Put, addresses, filter, ids, list, put_chain, put_two_writes};
+use crate::{SaverFactory, build};
+
+fn rev_ids(chain: &[Put]) -> Vec<String> {
+    chain
+        .iter()
+        .rev()
+        .map(|p| p.checkpoint.id.clone())
+        .collect()
+}
+
+/// By thread: every checkpoint of the thread, all namespaces, newest first.
+pub async fn list_by_thread_newest_first(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let a = put_chain(&*s, "t1", "", 3, "r").await.unwrap();
+    let b = put_chain(&*s, "t1", "child:1", 2, "r").await.unwrap();
+    put_chain(&*s, "t2", "", 2, "r").await.unwrap();
+    let got = list(&*s, ListOptions::thread("t1")).await;
+    let mut want: Vec<String> = a
+        .iter()
+        .chain(&b)
+        .map(|p| p.checkpoint.id.clone())
+        .collect();
+    want.sort();
+    want.reverse();
+    assert_eq!(ids(&got), want);
+    for t in &got {
+        assert_eq!(t.config.thread_id, "t1");
+    }
+}
+
+/// By namespace: only that namespace, newest first, each tuple complete.
+pub async fn list_by_namespace(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    put_chain(&*s, "t1", "", 2, "r").await.unwrap();
+    let child = put_chain(&*s, "t1", "child:1", 3, "r").await.unwrap();
+    let got = list(&*s, ListOptions::thread("t1").namespace("child:1")).await;
+    assert_eq!(ids(&got), rev_ids(&child));
+    for (t, p) in got.iter().zip(child.iter().rev()) {
+        assert_eq!(t.checkpoint, p.checkpoint);
+        assert_eq!(t.metadata, p.metadata);
+        assert_eq!(t.config, p.config);
+    }
+}
+
+async fn filter_fixture(f: &dyn SaverFactory) -> (Arc<dyn Saver>, Vec<Put>) {
+    let s = build(f).await;
+    let chain = put_chain(&*s, "t1", "", 6, "run-1").await.unwrap();
+    put_chain(&*s, "t2", "", 3, "run-2").await.unwrap();
+    (s, chain)
+}
+
+/// A single-key filter (`source`).
+pub async fn list_filter_single_key(f: &dyn SaverFactory) {
+    let (s, chain) = filter_fixture(f).await;
+    let got = list(&*s, ListOptions::thread("t1").filter("source", "input")).await;
+    assert_eq!(ids(&got), vec![chain[0].checkpoint.id.clone()]);
+    let got = list(&*s, ListOptions::thread("t1").filter("source", "loop")).await;
+    assert_eq!(got.len(), 5);
+}
+
+/// A filter on `step`.
+pub async fn list_filter_step(f: &dyn SaverFactory) {
+    let (s, chain) = filter_fixture(f).await;
+    let got = list(&*s, ListOptions::thread("t1").filter("step", 3)).await;
+    assert_eq!(ids(&got), vec![chain[3].checkpoint.id.clone()]);
+}
+
+/// Several keys combine with AND.
+pub async fn list_filter_several_keys(f: &dyn SaverFactory) {
+    let (s, chain) = filter_fixture(f).await;
+    let got = list(
+        &*s,
+        ListOptions::thread("t1").with_filter(filter(json!({"source": "loop", "parity": "even"}))),
+    )
+    .await;
+    assert_eq!(
+        ids(&got),
+        vec![
+            chain[4].checkpoint.id.clone(),
+            chain[2].checkpoint.id.clone()
+        ]
+    );
+    let got = list(
+        &*s,
+        ListOptions::thread("t1").with_filter(filter(json!({"source": "input", "parity": "odd"}))),
+    )
+    .await;
+    assert!(got.is_empty());
+}
+
+/// A custom key, including a nested value compared as a whole.
+pub async fn list_filter_custom_key(f: &dyn SaverFactory) {
+    let (s, chain) = filter_fixture(f).await;
+    let got = list(&*s, ListOptions::new().filter("run_id", "run-1")).await;
+    assert_eq!(ids(&got), rev_ids(&chain));
+    let got = list(&*s, ListOptions::new().filter("parents", json!({}))).await;
+    assert_eq!(got.len(), 9);
+}
+
+/// A filter nothing matches (unknown key, other value, other type) yields nothing.
+pub async fn list_filter_no_match(f: &dyn SaverFactory) {
+    let (s, _) = filter_fixture(f).await;
+    for flt in [
+        json!({"nope": 1}),
+        json!({"source": "fork"}),
+        json!({"step": "3"}),
+        json!({"step": null}),
+        json!({"parents": {"x": "y"}}),
+    ] {
+        assert!(
+            list(&*s, ListOptions::new().with_filter(filter(flt.clone())))
+                .await
+                .is_empty(),
+            "{flt}"
+        );
+    }
+}
+
+/// Numbers compare by value: `3` matches `3.0`.
+pub async fn list_filter_numbers_compare_by_value(f: &dyn SaverFactory) {
+    let (s, chain) = filter_fixture(f).await;
+    let got = list(&*s, ListOptions::thread("t1").filter("step", 3.0)).await;
+    assert_eq!(ids(&got), vec![chain[3].checkpoint.id.clone()]);
+}
+
+/// `before` is a strict upper bound on the id.
+pub async fn list_before_is_strict(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let chain = put_chain(&*s, "t1", "", 5, "r").await.unwrap();
+    let got = list(
+        &*s,
+        ListOptions::thread("t1").before(&chain[3].checkpoint.id),
+    )
+    .await;
+    assert_eq!(ids(&got), rev_ids(&chain[..3]));
+    let got = list(
+        &*s,
+        ListOptions::thread("t1").before(&chain[0].checkpoint.id),
+    )
+    .await;
+    assert!(got.is_empty());
+}
+
+/// `limit` caps the count, newest first; `limit(0)` yields nothing.
+pub async fn list_limit(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let chain = put_chain(&*s, "t1", "", 5, "r").await.unwrap();
+    let got = list(&*s, ListOptions::thread("t1").limit(2)).await;
+    assert_eq!(ids(&got), rev_ids(&chain[3..]));
+    assert!(
+        list(&*s, ListOptions::thread("t1").limit(0))
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        list(&*s, ListOptions::thread("t1").limit(100)).await.len(),
+        5
+    );
+}
+
+/// `limit` applies after `before`.
+pub async fn list_limit_with_before(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let chain = put_chain(&*s, "t1", "", 6, "r").await.unwrap();
+    let got = list(
+        &*s,
+        ListOptions::thread("t1")
+            .before(&chain[4].checkpoint.id)
+            .limit(2),
+    )
+    .await;
+    assert_eq!(
+        ids(&got),
+        vec![
+            chain[3].checkpoint.id.clone(),
+            chain[2].checkpoint.id.clone()
+        ]
+    );
+}
+
+/// A filter combined with a thread only returns that thread's matches.
+pub async fn list_filter_with_thread(f: &dyn SaverFactory) {
+    let (s, _) = filter_fixture(f).await;
+    let got = list(&*s, ListOptions::thread("t2").filter("source", "loop")).await;
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|t| t.config.thread_id == "t2"));
+    let got = list(&*s, ListOptions::thread("t2").filter("run_id", "run-1")).await;
+    assert!(got.is_empty());
+}
+
+/// Listed tuples carry their pending writes and parents.
+pub async fn list_includes_pending_writes(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let chain = put_chain(&*s, "t1", "", 3, "r").await.unwrap();
+    put_two_writes(&*s, &chain[1].config, "task-a")
+        .await
+        .unwrap();
+    let got = list(&*s, ListOptions::thread("t1")).await;
+    assert_eq!(got[1].pending_writes.len(), 2);
+    assert!(got[0].pending_writes.is_empty());
+    assert!(got[2].pending_writes.is_empty());
+    for t in &got {
+        assert_eq!(
+            Some(t.clone()),
+            s.get_tuple(&t.config).await.unwrap(),
+            "list and get_tuple agree"
+        );
+    }
+}
+
+/// Listing the root namespace excludes child namespaces.
+pub async fn list_root_namespace_excludes_children(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let root = put_chain(&*s, "t1", "", 2, "r").await.unwrap();
+    put_chain(&*s, "t1", "child:1", 2, "r").await.unwrap();
+    put_chain(&*s, "t1", "child:1|inner:1", 1, "r")
+        .await
+        .unwrap();
+    let got = list(&*s, ListOptions::thread("t1").namespace("")).await;
+    assert_eq!(ids(&got), rev_ids(&root));
+}
+
+/// Without a thread: every thread, ordered by id descending.
+pub async fn list_global_across_threads(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let mut all = Vec::new();
+    for t in ["t1", "t2", "t3"] {
+        all.extend(put_chain(&*s, t, "", 2, "r").await.unwrap());
+    }
+    all.extend(put_chain(&*s, "t1", "ns:1", 1, "r").await.unwrap());
+    let got = list(&*s, ListOptions::new()).await;
+    let mut want: Vec<String> = all.iter().map(|p| p.checkpoint.id.clone()).collect();
+    want.sort();
+    want.reverse();
+    assert_eq!(ids(&got), want);
+    let got = list(&*s, ListOptions::new().filter("step", 1)).await;
+    assert_eq!(got.len(), 3);
+    let got = list(&*s, ListOptions::new().namespace("ns:1")).await;
+    assert_eq!(got.len(), 1);
+}
+
+/// A config with a checkpoint id lists just that checkpoint.
+pub async fn list_by_checkpoint_id(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let chain = put_chain(&*s, "t1", "", 3, "r").await.unwrap();
+    let got = list(&*s, ListOptions::from_config(&chain[1].config)).await;
+    assert_eq!(ids(&got), vec![chain[1].checkpoint.id.clone()]);
+    let got = list(
+        &*s,
+        ListOptions::from_config(&chain[1].config.clone().with_ns("other")),
+    )
+    .await;
+    assert!(got.is_empty());
+}
+
+/// A history longer than any page streams completely, once each, in order; a selective
+/// filter over it still finds its match; the stream can be dropped early.
+pub async fn list_pages_through_long_history(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let chain = put_chain(&*s, "t1", "", 300, "r").await.unwrap();
+    put_chain(&*s, "t2", "", 3, "r").await.unwrap();
+    let got = list(&*s, ListOptions::thread("t1")).await;
+    assert_eq!(ids(&got), rev_ids(&chain));
+    let got = list(&*s, ListOptions::thread("t1").filter("step", 7)).await;
+    assert_eq!(ids(&got), vec![chain[7].checkpoint.id.clone()]);
+    let got = list(&*s, ListOptions::new().filter("step", 0)).await;
+    assert_eq!(got.len(), 2);
+    let mut stream = s.list(ListOptions::thread("t1"));
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.checkpoint.id, chain[299].checkpoint.id);
+    drop(stream);
+}
+
+/// The full matrix thread {none, each, unknown} × namespace {none, "", child} × limit
+/// {none, 1, 2} × before {none, a root id, a child id} × filter {none, empty, two keys},
+/// checked against the in-memory reference loaded with the same data.
+pub async fn list_matrix_matches_reference(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let reference = InMemorySaver::new();
+    let mut root_ids = Vec::new();
+    let mut child_ids = Vec::new();
+    for thread in ["m1", "m2"] {
+        for ns in ["", "child:1"] {
+            let chain = put_chain(&reference, thread, ns, 4, &format!("run-{thread}"))
+                .await
+                .unwrap();
+            for (i, p) in chain.iter().enumerate() {
+                let parent = match i {
+                    0 => crate::fixtures::cfg(thread, ns),
+                    _ => chain[i - 1].config.clone(),
+                };
+                s.put(
+                    &parent,
+                    p.checkpoint.clone(),
+                    p.metadata.clone(),
+                    p.checkpoint.channel_versions.clone(),
+                    Default::default(),
+                )
+                .await
+                .unwrap();
+                if i % 2 == 1 {
+                    put_two_writes(&*s, &p.config, "task").await.unwrap();
+                    put_two_writes(&reference, &p.config, "task").await.unwrap();
+                }
+                if ns.is_empty() {
+                    root_ids.push(p.checkpoint.id.clone());
+                } else {
+                    child_ids.push(p.checkpoint.id.clone());
+                }
+            }
+        }
+    }
+    let threads = [None, Some("m1"), Some("m2"), Some("unknown")];
+    let namespaces = [None, Some(""), Some("child:1")];
+    let limits = [None, Some(1), Some(2)];
+    let befores = [None, Some(root_ids[2].clone()), Some(child_ids[5].clone())];
+    let filters: [Option<Map<String, Value>>; 3] = [
+        None,
+        Some(Map::new()),
+        Some(filter(json!({"source": "loop", "parity": "odd"}))),
+    ];
+    let mut combos = 0;
+    for thread in threads {
+        for ns in namespaces {
+            for limit in limits {
+                for before in &befores {
+                    for flt in &filters {
+                        let mut o = match thread {
+                            Some(t) => ListOptions::thread(t),
+                            None => ListOptions::new(),
+                        };
+                        if let Some(n) = ns {
+                            o = o.namespace(n);
+                        }
+                        if let Some(l) = limit {
+                            o = o.limit(l);
+                        }
+                        if let Some(b) = before {
+                            o = o.before(b);
+                        }
+                        if let Some(fl) = flt {
+                            o = o.with_filter(fl.clone());
+                        }
+                        let want = list(&reference, o.clone()).await;
+                        let got = list(&*s, o.clone()).await;
+                        assert_eq!(addresses(&got), addresses(&want), "list({o:?})");
+                        assert_eq!(got, want, "list({o:?}) tuples differ");
+                        combos += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(combos, 4 * 3 * 3 * 3 * 3);
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite: every crate's unit, integration and doc tests, with the conformance
+# suite run against every saver in the workspace. Idempotent; safe on a fresh machine.
+#
+# Backends that need a server make sure it is running here before the tests start (each
+# backend crate adds its own step); under CI=true or CHECKPOINT_TEST_REQUIRE=1 a server that
+# cannot be started fails the run instead of skipping its tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Service scripts append commands here to stop what they started; run on exit.
+cleanup_cmds=()
+run_cleanup() { for c in "${cleanup_cmds[@]+"${cleanup_cmds[@]}"}"; do eval "$c" || true; done; }
+trap run_cleanup EXIT
+
+# Each backend's service script (scripts/services/<backend>.sh) makes sure its server is
+# running (installing or starting it when needed, idempotently), exports
+# CHECKPOINT_TEST_<BACKEND>_URL, and may append to cleanup_cmds. Sourced, so the exports reach
+# cargo below.
+for service in scripts/services/*.sh; do
+  [ -e "$service" ] || continue
+  echo "==> $service"
+  # shellcheck source=/dev/null
+  source "$service"
+done
+
+echo "==> cargo test --workspace"
+cargo test --workspace --all-targets --all-features --no-fail-fast
+cargo test --workspace --all-features --doc
+
+echo "==> conformance suite size"
+cargo test -q -p conformance-tests --test conformance every_clause_is_registered_once -- --nocapture 2>&1 \
+  | grep -E '^conformance suite: [0-9]+ clauses$'
