@@ -57,7 +57,7 @@ async fn a_live_claim_makes_others_wait_then_busy_and_an_expired_one_is_retaken(
     );
     let key = EffectKey::new("k").unwrap();
     let Claim::Acquired { token: dead } = saver
-        .claim(&idem.ledger_key(&key), Duration::from_millis(300))
+        .claim(&idem.ledger_key(&key), Duration::from_millis(1_500))
         .await
         .unwrap()
     else {
@@ -161,7 +161,7 @@ async fn the_thread_lock_map_does_not_leak() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_thread_lease_excludes_other_processes_and_fences_writes() {
     let saver = InMemorySaver::new();
-    let idem = Idempotent::new(saver.clone(), fast().lease_ttl(Duration::from_millis(300)));
+    let idem = Idempotent::new(saver.clone(), fast().lease_ttl(Duration::from_millis(900)));
     let guard = idem.lock_thread("t").await.unwrap();
     let token = guard.fence().expect("the in-memory saver has leases");
     assert_eq!(
@@ -172,7 +172,7 @@ async fn the_thread_lease_excludes_other_processes_and_fences_writes() {
         None
     );
     // Held past several TTLs: the guard renews it.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert!(!guard.is_lost());
     assert_eq!(
         saver

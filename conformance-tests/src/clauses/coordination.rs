@@ -14,7 +14,7 @@ use crate::fixtures::{cfg, list, put_chain, step, val};
 use crate::{SaverFactory, build};
 
 const LONG: Duration = Duration::from_secs(60);
-const SHORT: Duration = Duration::from_millis(300);
+const SHORT: Duration = Duration::from_millis(1_000);
 
 /// A live lease excludes other holders; its holder re-acquiring keeps the token; release
 /// lets the next holder in with a larger token. Invalid requests are rejected.
@@ -89,7 +89,7 @@ pub async fn lease_expiry_takeover_fences_the_old_holder(f: &dyn SaverFactory) {
         )
         .await
         .unwrap();
-    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    tokio::time::sleep(SHORT + Duration::from_millis(500)).await;
     let new = s
         .acquire_lease("t1", "new", LONG)
         .await
@@ -176,7 +176,7 @@ pub async fn lease_renewal_extends_and_tokens_survive_delete(f: &dyn SaverFactor
     let a = s.acquire_lease("t1", "a", SHORT).await.unwrap().unwrap();
     let renewed = s.renew_lease(&a, LONG).await.unwrap();
     assert_eq!(renewed.token, a.token);
-    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    tokio::time::sleep(SHORT + Duration::from_millis(500)).await;
     assert_eq!(
         s.acquire_lease("t1", "b", LONG).await.unwrap(),
         None,
@@ -261,7 +261,7 @@ pub async fn ledger_expired_claim_is_retaken_and_fenced(f: &dyn SaverFactory) {
     let Claim::Acquired { token: old } = s.claim("k", SHORT).await.unwrap() else {
         panic!()
     };
-    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    tokio::time::sleep(SHORT + Duration::from_millis(500)).await;
     let Claim::Acquired { token: new } = s.claim("k", LONG).await.unwrap() else {
         panic!("an expired claim must be retaken");
     };
