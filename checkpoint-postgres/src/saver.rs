@@ -471,9 +471,7 @@ impl PostgresSaver {
         if let Some(schema) = &self.schema {
             // Validated by check_schema_name: letters, digits and '_' only.
             let create = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
-            sqlx::query(sqlx::AssertSqlSafe(create))
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(&create).execute(&mut *tx).await?;
         }
         for (steps, version, record) in [
             (
@@ -483,7 +481,7 @@ impl PostgresSaver {
             ),
             (migrations::OWN, sql::OWN_VERSION, sql::OWN_RECORD),
         ] {
-            sqlx::raw_sql(steps[0]).execute(&mut *tx).await?;
+            sqlx::Executor::execute(&mut *tx, steps[0]).await?;
             let applied: Option<i32> = sqlx::query_scalar(version).fetch_one(&mut *tx).await?;
             let start = applied.map_or(0, |v| v + 1);
             for (v, step) in steps
@@ -491,7 +489,7 @@ impl PostgresSaver {
                 .enumerate()
                 .skip(usize::try_from(start).unwrap_or(0))
             {
-                sqlx::raw_sql(*step).execute(&mut *tx).await?;
+                sqlx::Executor::execute(&mut *tx, *step).await?;
                 sqlx::query(record)
                     .bind(i32::try_from(v).unwrap_or(i32::MAX))
                     .execute(&mut *tx)
@@ -622,7 +620,7 @@ fn page_query(
     mode: ListMode,
     cursor: Option<&(String, String, String)>,
     limit: usize,
-) -> QueryBuilder<Postgres> {
+) -> QueryBuilder<'static, Postgres> {
     let mut qb = QueryBuilder::<Postgres>::new(sql::LIST_PAGE_HEAD);
     qb.push(" WHERE true");
     if let Some(t) = &opts.thread_id {

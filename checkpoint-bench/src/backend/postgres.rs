@@ -56,7 +56,7 @@ impl PostgresBackend {
                 "CREATE TABLE IF NOT EXISTS {floor_schema}.big (id INT PRIMARY KEY, payload BYTEA NOT NULL)"
             ),
         ] {
-            sqlx::query(sqlx::AssertSqlSafe(statement))
+            sqlx::query(&statement)
                 .execute(&admin)
                 .await
                 .map_err(backend_error)?;
@@ -67,7 +67,7 @@ impl PostgresBackend {
         let statement = format!(
             "INSERT INTO {floor_schema}.big VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET payload = EXCLUDED.payload"
         );
-        sqlx::query(sqlx::AssertSqlSafe(statement))
+        sqlx::query(&statement)
             .bind(big.as_bytes())
             .execute(&admin)
             .await
@@ -86,7 +86,7 @@ impl PostgresBackend {
             return Ok(());
         }
         let statement = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
-        sqlx::query(sqlx::AssertSqlSafe(statement))
+        sqlx::query(&statement)
             .execute(&self.admin)
             .await
             .map_err(backend_error)?;
@@ -161,14 +161,14 @@ impl Backend for PostgresBackend {
         let mut selects = Vec::with_capacity(FLOOR_SAMPLES);
         for _ in 0..FLOOR_SAMPLES {
             let t = Instant::now();
-            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+            sqlx::query(insert.as_str())
                 .bind(&row)
                 .execute(&mut *conn)
                 .await
                 .map_err(backend_error)?;
             inserts.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
-            let payload: Vec<u8> = sqlx::query_scalar(sqlx::AssertSqlSafe(select.clone()))
+            let payload: Vec<u8> = sqlx::query_scalar(select.as_str())
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(backend_error)?;
@@ -185,7 +185,7 @@ impl Backend for PostgresBackend {
             tasks.push(tokio::spawn(async move {
                 let mut conn = pool.acquire().await?;
                 for _ in 0..FLOOR_SAMPLES / 2 {
-                    sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                    sqlx::query(insert.as_str())
                         .bind(&row)
                         .execute(&mut *conn)
                         .await?;
@@ -203,13 +203,10 @@ impl Backend for PostgresBackend {
         }
         let per_s =
             (FLOOR_CONNECTIONS * FLOOR_SAMPLES / 2) as f64 / started.elapsed().as_secs_f64();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "TRUNCATE {}.small",
-            self.floor_schema
-        )))
-        .execute(&self.admin)
-        .await
-        .map_err(backend_error)?;
+        sqlx::query(&format!("TRUNCATE {}.small", self.floor_schema))
+            .execute(&self.admin)
+            .await
+            .map_err(backend_error)?;
         tokio::time::sleep(Duration::from_millis(1)).await;
         Ok(Some(
             Floors::new()

@@ -38,9 +38,7 @@ pub async fn drop_schemas(url: &str, schemas: &[String]) {
     };
     for schema in schemas {
         let statement = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-        let _ = sqlx::query(sqlx::AssertSqlSafe(statement))
-            .execute(&pool)
-            .await;
+        let _ = sqlx::query(&statement).execute(&pool).await;
     }
     pool.close().await;
 }
