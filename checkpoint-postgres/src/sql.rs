@@ -1,41 +1,46 @@
 //! The SQL statements. Every value is a bound parameter; nothing from the caller is ever
 //! spliced into SQL text.
 
-/// Columns selected for a checkpoint tuple: the row, its values (via the versions it names)
-/// and its pending writes, as parallel arrays, in one query.
+/// The rows of one checkpoint tuple, in one query: `$head` selects the checkpoint row (at
+/// most one) into the CTE `c`; the result has one row of kind `c` (the checkpoint), one of
+/// kind `b` per stored value it names and one of kind `w` per pending write. Values travel
+/// as plain rows, not arrays: building a `bytea[]` copies every detoasted value once more
+/// on the server and cost ≈ 0.2 ms per call on the W2 workload.
 macro_rules! select_tuple {
-    () => {
-        "
-SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata,
-       b.channels, b.types, b.blobs,
-       w.task_ids, w.channels AS w_channels, w.types AS w_types, w.blobs AS w_blobs, w.paths, w.idxs
-FROM checkpoints c
-LEFT JOIN LATERAL (
-    SELECT array_agg(bl.channel ORDER BY bl.channel) AS channels,
-           array_agg(bl.type ORDER BY bl.channel) AS types,
-           array_agg(bl.blob ORDER BY bl.channel) AS blobs
-    FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
-    -- One primary-key probe per version (LIMIT 1 keeps the planner from hash-joining all
-    -- of the namespace's values).
-    CROSS JOIN LATERAL (
-        SELECT b.channel, b.type, b.blob FROM checkpoint_blobs b
-        WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
-          AND b.channel = v.key AND b.version = v.value
-        LIMIT 1
-    ) AS bl
-) b ON true
-LEFT JOIN LATERAL (
-    SELECT array_agg(cw.task_id ORDER BY cw.task_path, cw.task_id, cw.idx) AS task_ids,
-           array_agg(cw.channel ORDER BY cw.task_path, cw.task_id, cw.idx) AS channels,
-           array_agg(coalesce(cw.type, 'msgpack') ORDER BY cw.task_path, cw.task_id, cw.idx) AS types,
-           array_agg(cw.blob ORDER BY cw.task_path, cw.task_id, cw.idx) AS blobs,
-           array_agg(cw.task_path ORDER BY cw.task_path, cw.task_id, cw.idx) AS paths,
-           array_agg(cw.idx ORDER BY cw.task_path, cw.task_id, cw.idx) AS idxs
-    FROM checkpoint_writes cw
-    WHERE cw.thread_id = c.thread_id AND cw.checkpoint_ns = c.checkpoint_ns
-      AND cw.checkpoint_id = c.checkpoint_id
-) w ON true
+    ($head:expr) => {
+        concat!(
+            "
+WITH c AS (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata
+    FROM checkpoints c
+    WHERE ",
+            $head,
+            "
+)
+SELECT 'c' AS kind, c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata,
+       NULL::text[] AS task_ids, NULL::text AS channel, NULL::text AS type, NULL::bytea AS blob,
+       NULL::text AS task_id, NULL::text AS task_path, NULL::integer AS idx
+FROM c
+UNION ALL
+SELECT 'b', NULL, NULL, NULL, NULL, NULL, NULL, NULL, bl.channel, bl.type, bl.blob, NULL, NULL, NULL
+FROM c
+CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+-- One primary-key probe per version (LIMIT 1 keeps the planner from hash-joining all of
+-- the namespace's values).
+CROSS JOIN LATERAL (
+    SELECT b.channel, b.type, b.blob FROM checkpoint_blobs b
+    WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+      AND b.channel = v.key AND b.version = v.value
+    LIMIT 1
+) AS bl
+UNION ALL
+SELECT 'w', NULL, NULL, NULL, NULL, NULL, NULL, NULL, cw.channel, coalesce(cw.type, 'msgpack'), cw.blob,
+       cw.task_id, cw.task_path, cw.idx
+FROM c
+JOIN checkpoint_writes cw
+  ON cw.thread_id = c.thread_id AND cw.checkpoint_ns = c.checkpoint_ns AND cw.checkpoint_id = c.checkpoint_id
 "
+        )
     };
 }
 
@@ -85,15 +90,12 @@ ORDER BY 1, 4 DESC, 2 DESC, 3 DESC
 ";
 
 /// get_tuple by id: $1 thread, $2 ns, $3 id.
-pub(crate) const GET_BY_ID: &str = concat!(
-    select_tuple!(),
-    " WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = $3"
-);
+pub(crate) const GET_BY_ID: &str =
+    select_tuple!("c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = $3");
 
 /// get_tuple latest: $1 thread, $2 ns.
-pub(crate) const GET_LATEST: &str = concat!(
-    select_tuple!(),
-    " WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 ORDER BY c.checkpoint_id DESC LIMIT 1"
+pub(crate) const GET_LATEST: &str = select_tuple!(
+    "c.thread_id = $1 AND c.checkpoint_ns = $2 ORDER BY c.checkpoint_id DESC LIMIT 1"
 );
 
 /// put, one statement (one round trip, one implicit transaction).
