@@ -1,6 +1,6 @@
 //! [`PostgresSaver`]: the [`Saver`] implementation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Duration;
 
@@ -267,8 +267,8 @@ fn default_v() -> u32 {
     1
 }
 
-/// A checkpoint row without its blob values: the tuple with inline values only, plus its
-/// versions to resolve against blobs.
+/// A checkpoint row (kind `c`) without its blob values and pending writes: the tuple with
+/// inline values only, plus its versions to resolve against blobs.
 fn decode_head(row: &PgRow) -> PgResult<CheckpointTuple> {
     let thread_id: String = row.try_get("thread_id")?;
     let checkpoint_ns: String = row.try_get("checkpoint_ns")?;
@@ -295,44 +295,6 @@ fn decode_head(row: &PgRow) -> PgResult<CheckpointTuple> {
         channel_values.insert(channel.clone(), TypedValue::new(ValueType::Json, bytes));
     }
 
-    let task_ids: Option<Vec<String>> = row.try_get("task_ids")?;
-    let mut pending_writes = Vec::new();
-    if let Some(task_ids) = task_ids {
-        let w_channels: Vec<String> = row
-            .try_get::<Option<Vec<String>>, _>("w_channels")?
-            .unwrap_or_default();
-        let w_types: Vec<String> = row
-            .try_get::<Option<Vec<String>>, _>("w_types")?
-            .unwrap_or_default();
-        let w_blobs: Vec<Vec<u8>> = row
-            .try_get::<Option<Vec<Vec<u8>>>, _>("w_blobs")?
-            .unwrap_or_default();
-        let paths: Vec<String> = row
-            .try_get::<Option<Vec<String>>, _>("paths")?
-            .unwrap_or_default();
-        let idxs: Vec<i32> = row
-            .try_get::<Option<Vec<i32>>, _>("idxs")?
-            .unwrap_or_default();
-        for (((((task_id, channel), ty), blob), task_path), idx) in task_ids
-            .into_iter()
-            .zip(w_channels)
-            .zip(w_types)
-            .zip(w_blobs)
-            .zip(paths)
-            .zip(idxs)
-        {
-            pending_writes.push(PendingWrite {
-                task_id,
-                channel,
-                value: TypedValue::new(ValueType::from(ty.as_str()), Bytes::from(blob)),
-                idx: i64::from(idx),
-                task_path,
-            });
-        }
-    }
-
-    sort_writes(&mut pending_writes);
-
     let address = |id: String| {
         CheckpointConfig::new(thread_id.clone())
             .with_ns(checkpoint_ns.clone())
@@ -351,7 +313,23 @@ fn decode_head(row: &PgRow) -> PgResult<CheckpointTuple> {
         },
         metadata: CheckpointMetadata(metadata),
         parent_config: parent.map(address),
-        pending_writes,
+        pending_writes: Vec::new(),
+    })
+}
+
+/// A pending-write row (kind `w`) of a tuple or list query.
+fn decode_write(row: &PgRow) -> PgResult<PendingWrite> {
+    let ty: String = row.try_get("type")?;
+    let blob: Option<Vec<u8>> = row.try_get("blob")?;
+    Ok(PendingWrite {
+        task_id: row.try_get("task_id")?,
+        channel: row.try_get("channel")?,
+        value: TypedValue::new(
+            ValueType::from(ty.as_str()),
+            Bytes::from(blob.unwrap_or_default()),
+        ),
+        idx: i64::from(row.try_get::<i32, _>("idx")?),
+        task_path: row.try_get("task_path")?,
     })
 }
 
@@ -405,16 +383,7 @@ fn decode_tuple(rows: &[PgRow]) -> PgResult<Option<CheckpointTuple>> {
                 &ty()?,
                 blob()?.map(Bytes::from),
             ),
-            "w" => t.pending_writes.push(PendingWrite {
-                task_id: row.try_get("task_id")?,
-                channel: channel()?,
-                value: TypedValue::new(
-                    ValueType::from(ty()?.as_str()),
-                    Bytes::from(blob()?.unwrap_or_default()),
-                ),
-                idx: i64::from(row.try_get::<i32, _>("idx")?),
-                task_path: row.try_get("task_path")?,
-            }),
+            "w" => t.pending_writes.push(decode_write(row)?),
             _ => {}
         }
     }
@@ -422,28 +391,43 @@ fn decode_tuple(rows: &[PgRow]) -> PgResult<Option<CheckpointTuple>> {
     Ok(Some(t))
 }
 
-/// The rows of a list page: blob rows (kind `b`) first, then checkpoint rows (kind `c`) in
-/// list order. Each distinct value is decoded once and shared (reference-counted) by every
-/// checkpoint of the page that names it.
+/// The rows of a list page, in any order: checkpoint rows (kind `c`, with their rank `ord`
+/// in the page), value rows (kind `b`) and pending-write rows (kind `w`). Each distinct value is
+/// decoded once and shared (reference-counted) by every checkpoint of the page that names
+/// it.
 fn decode_page(rows: &[PgRow]) -> PgResult<Vec<CheckpointTuple>> {
     type Key = (String, String, String, String);
-    let mut blobs: std::collections::HashMap<Key, (String, Option<Bytes>)> =
-        std::collections::HashMap::new();
-    let mut out = Vec::new();
+    let mut blobs: HashMap<Key, (String, Option<Bytes>)> = HashMap::new();
+    let mut writes: HashMap<(String, String, String), Vec<PendingWrite>> = HashMap::new();
+    let mut heads = Vec::new();
     for row in rows {
         let kind: String = row.try_get("kind")?;
-        if kind == "b" {
-            let key = (
-                row.try_get("thread_id")?,
-                row.try_get("checkpoint_ns")?,
-                row.try_get("channel")?,
-                row.try_get("version")?,
-            );
-            let ty: String = row.try_get("type")?;
-            let blob: Option<Vec<u8>> = row.try_get("blob")?;
-            blobs.insert(key, (ty, blob.map(Bytes::from)));
-            continue;
+        match kind.as_str() {
+            "b" => {
+                let key = (
+                    row.try_get("thread_id")?,
+                    row.try_get("checkpoint_ns")?,
+                    row.try_get("channel")?,
+                    row.try_get("version")?,
+                );
+                let ty: String = row.try_get("type")?;
+                let blob: Option<Vec<u8>> = row.try_get("blob")?;
+                blobs.insert(key, (ty, blob.map(Bytes::from)));
+            }
+            "w" => {
+                let key = (
+                    row.try_get("thread_id")?,
+                    row.try_get("checkpoint_ns")?,
+                    row.try_get("checkpoint_id")?,
+                );
+                writes.entry(key).or_default().push(decode_write(row)?);
+            }
+            _ => heads.push((row.try_get::<i64, _>("ord")?, row)),
         }
+    }
+    heads.sort_by_key(|(ord, _)| *ord);
+    let mut out = Vec::with_capacity(heads.len());
+    for (_, row) in heads {
         let mut t = decode_head(row)?;
         for (channel, version) in &t.checkpoint.channel_versions {
             let key = (
@@ -460,6 +444,15 @@ fn decode_page(rows: &[PgRow]) -> PgResult<Vec<CheckpointTuple>> {
                     blob.clone(),
                 );
             }
+        }
+        let key = (
+            t.config.thread_id.clone(),
+            t.config.checkpoint_ns.clone(),
+            t.config.checkpoint_id.clone().unwrap_or_default(),
+        );
+        if let Some(mut w) = writes.remove(&key) {
+            sort_writes(&mut w);
+            t.pending_writes = w;
         }
         out.push(t);
     }
@@ -678,7 +671,13 @@ fn page_query(
     cursor: Option<&(String, String, String)>,
     limit: usize,
 ) -> QueryBuilder<'static, Postgres> {
+    let order = match mode {
+        ListMode::Namespace => "c.checkpoint_id DESC",
+        ListMode::Thread => "c.checkpoint_id DESC, c.checkpoint_ns DESC",
+        ListMode::Global => "c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC",
+    };
     let mut qb = QueryBuilder::<Postgres>::new(sql::LIST_PAGE_HEAD);
+    qb.push(order).push(sql::LIST_PAGE_FROM);
     qb.push(" WHERE true");
     if let Some(t) = &opts.thread_id {
         qb.push(" AND c.thread_id = ").push_bind(t.clone());
@@ -725,13 +724,7 @@ fn page_query(
             }
         }
     }
-    qb.push(match mode {
-        ListMode::Namespace => " ORDER BY c.checkpoint_id DESC",
-        ListMode::Thread => " ORDER BY c.checkpoint_id DESC, c.checkpoint_ns DESC",
-        ListMode::Global => {
-            " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
-        }
-    });
+    qb.push(" ORDER BY ").push(order);
     qb.push(" LIMIT ")
         .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
     qb.push(sql::LIST_PAGE_TAIL);

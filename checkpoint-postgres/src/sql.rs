@@ -18,11 +18,11 @@ WITH c AS (
             "
 )
 SELECT 'c' AS kind, c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata,
-       NULL::text[] AS task_ids, NULL::text AS channel, NULL::text AS type, NULL::bytea AS blob,
+       NULL::text AS channel, NULL::text AS type, NULL::bytea AS blob,
        NULL::text AS task_id, NULL::text AS task_path, NULL::integer AS idx
 FROM c
 UNION ALL
-SELECT 'b', NULL, NULL, NULL, NULL, NULL, NULL, NULL, bl.channel, bl.type, bl.blob, NULL, NULL, NULL
+SELECT 'b', NULL, NULL, NULL, NULL, NULL, NULL, bl.channel, bl.type, bl.blob, NULL, NULL, NULL
 FROM c
 CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
 -- One primary-key probe per version (LIMIT 1 keeps the planner from hash-joining all of
@@ -34,7 +34,7 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS bl
 UNION ALL
-SELECT 'w', NULL, NULL, NULL, NULL, NULL, NULL, NULL, cw.channel, coalesce(cw.type, 'msgpack'), cw.blob,
+SELECT 'w', NULL, NULL, NULL, NULL, NULL, NULL, cw.channel, coalesce(cw.type, 'msgpack'), cw.blob,
        cw.task_id, cw.task_path, cw.idx
 FROM c
 JOIN checkpoint_writes cw
@@ -44,17 +44,26 @@ JOIN checkpoint_writes cw
     };
 }
 
-/// The head of a list page: `WITH page AS (SELECT <checkpoint columns> FROM checkpoints c`,
-/// completed by the list query builder with its conditions, order and limit, then
-/// [`LIST_PAGE_TAIL`].
+/// The head of a list page: `WITH page AS (SELECT <checkpoint columns>, row_number() OVER
+/// (ORDER BY `, completed by the list query builder with the page's order, `) AS ord FROM
+/// checkpoints c`, its conditions, the same order and the limit, then [`LIST_PAGE_TAIL`].
 pub(crate) const LIST_PAGE_HEAD: &str = "
 WITH page AS (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata,
+           row_number() OVER (ORDER BY ";
+
+/// Between the window's order and the page's conditions.
+pub(crate) const LIST_PAGE_FROM: &str = ") AS ord
     FROM checkpoints c";
 
-/// The rest of a list page: one row per checkpoint (kind `c`, with its pending writes) and
-/// one row per distinct value the page's checkpoints name (kind `b`), so a value shared by
-/// many checkpoints of the page (an unchanged channel) is sent once.
+/// The rest of a list page: one row per checkpoint (kind `c`), one per pending write of
+/// those checkpoints (kind `w`) and one per distinct value the page's checkpoints name
+/// (kind `b`), so a value shared by many checkpoints of the page (an unchanged channel) is
+/// sent once. Values and writes travel as plain rows, not arrays (see `select_tuple!`).
+///
+/// There is no final `ORDER BY`: the checkpoint rows carry their rank in the page (`ord`)
+/// and the client puts them in order, so the server streams rows as it produces them
+/// instead of sorting the whole page (values included) before sending the first byte.
 pub(crate) const LIST_PAGE_TAIL: &str = "
 ),
 needed AS (
@@ -63,22 +72,19 @@ needed AS (
 )
 SELECT 'c' AS kind, p.thread_id, p.checkpoint_ns, p.checkpoint_id, p.parent_checkpoint_id, p.checkpoint, p.metadata,
        NULL::text AS channel, NULL::text AS version, NULL::text AS type, NULL::bytea AS blob,
-       w.task_ids, w.channels AS w_channels, w.types AS w_types, w.blobs AS w_blobs, w.paths, w.idxs
+       NULL::text AS task_id, NULL::text AS task_path, NULL::integer AS idx, p.ord
 FROM page p
-LEFT JOIN LATERAL (
-    SELECT array_agg(cw.task_id ORDER BY cw.task_path, cw.task_id, cw.idx) AS task_ids,
-           array_agg(cw.channel ORDER BY cw.task_path, cw.task_id, cw.idx) AS channels,
-           array_agg(coalesce(cw.type, 'msgpack') ORDER BY cw.task_path, cw.task_id, cw.idx) AS types,
-           array_agg(cw.blob ORDER BY cw.task_path, cw.task_id, cw.idx) AS blobs,
-           array_agg(cw.task_path ORDER BY cw.task_path, cw.task_id, cw.idx) AS paths,
-           array_agg(cw.idx ORDER BY cw.task_path, cw.task_id, cw.idx) AS idxs
-    FROM checkpoint_writes cw
-    WHERE cw.thread_id = p.thread_id AND cw.checkpoint_ns = p.checkpoint_ns AND cw.checkpoint_id = p.checkpoint_id
-) w ON true
+UNION ALL
+SELECT 'w', p.thread_id, p.checkpoint_ns, p.checkpoint_id, NULL, NULL, NULL,
+       cw.channel, NULL, coalesce(cw.type, 'msgpack'), cw.blob,
+       cw.task_id, cw.task_path, cw.idx, NULL
+FROM page p
+JOIN checkpoint_writes cw
+  ON cw.thread_id = p.thread_id AND cw.checkpoint_ns = p.checkpoint_ns AND cw.checkpoint_id = p.checkpoint_id
 UNION ALL
 SELECT 'b', n.thread_id, n.checkpoint_ns, NULL, NULL, NULL, NULL,
        bl.channel, bl.version, bl.type, bl.blob,
-       NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL
 FROM needed n
 CROSS JOIN LATERAL (
     SELECT b.channel, b.version, b.type, b.blob FROM checkpoint_blobs b
@@ -86,7 +92,6 @@ CROSS JOIN LATERAL (
       AND b.channel = n.channel AND b.version = n.version
     LIMIT 1
 ) AS bl
-ORDER BY 1, 4 DESC, 2 DESC, 3 DESC
 ";
 
 /// get_tuple by id: $1 thread, $2 ns, $3 id.

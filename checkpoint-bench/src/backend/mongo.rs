@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use futures::TryStreamExt;
+
 use checkpoint_core::{Error, Result, Saver, async_trait};
 use checkpoint_mongo::mongodb::bson::spec::BinarySubtype;
 use checkpoint_mongo::mongodb::bson::{Binary, Bson, Document, doc};
@@ -27,6 +29,11 @@ use super::{Backend, BackendOptions, Floors};
 const DEFAULT_URL: &str = "mongodb://127.0.0.1:27017";
 /// Samples per floor figure and floor call.
 const FLOOR_SAMPLES: usize = 21;
+/// Documents (and samples per floor call) of the bulk read floor: one `find` returning as
+/// many distinct 70 KB documents as the W3 filtered list returns tuples (each W1 thread has
+/// its own `big_doc`).
+const BULK_DOCS: usize = 50;
+const BULK_SAMPLES: usize = 11;
 
 /// The MongoDB backend (see the module documentation).
 pub struct MongoBackend {
@@ -176,7 +183,6 @@ impl Backend for MongoBackend {
                 Ok(s) => s,
                 Err(_) => {
                     // Servers without the (deprecated) command: the aggregation stage.
-                    use futures::TryStreamExt;
                     let docs: Vec<Document> = db
                         .collection::<Document>(name)
                         .aggregate(vec![doc! { "$collStats": { "storageStats": {} } }])
@@ -227,13 +233,38 @@ impl Backend for MongoBackend {
                 return Err(Error::invalid("the floor document vanished"));
             }
         }
+        let bulk_ids: Vec<String> = (0..BULK_DOCS).map(|i| format!("bulk{i}")).collect();
+        coll.insert_many(
+            bulk_ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| doc! { "_id": id, "d": payload(70 * 1024, i as u8) }),
+        )
+        .await
+        .map_err(backend_error)?;
+        let mut bulk_reads = Vec::with_capacity(BULK_SAMPLES);
+        for _ in 0..BULK_SAMPLES {
+            let t = Instant::now();
+            let docs: Vec<Document> = coll
+                .find(doc! { "_id": { "$in": &bulk_ids } })
+                .await
+                .map_err(backend_error)?
+                .try_collect()
+                .await
+                .map_err(backend_error)?;
+            bulk_reads.push(t.elapsed().as_secs_f64() * 1000.0);
+            if docs.len() != BULK_DOCS {
+                return Err(Error::invalid("the bulk floor documents vanished"));
+            }
+        }
         coll.delete_many(doc! {}).await.map_err(backend_error)?;
         let insert = p50(inserts);
         let find = p50(finds);
         let mut floors = Floors::new()
             .figure("insert_one_1k_p50_ms", insert)
             .figure("find_one_by_id_70k_p50_ms", find)
-            .figure("insert_one_1k_per_s", 1000.0 / insert);
+            .figure("insert_one_1k_per_s", 1000.0 / insert)
+            .figure("find_50x70k_p50_ms", p50(bulk_reads));
         for write in [
             "put_p50_ms",
             "put_writes_p50_ms",
@@ -247,10 +278,10 @@ impl Backend for MongoBackend {
             "get_tuple_by_id_p50_ms",
             "list_limit_10_p50_ms",
             "full_list_p50_ms",
-            "filtered_list_p50_ms",
         ] {
             floors = floors.compare(read, "find_one_by_id_70k_p50_ms");
         }
+        floors = floors.compare("filtered_list_p50_ms", "find_50x70k_p50_ms");
         for rate in ["w4_steps_per_s", "w4_ops_per_s"] {
             floors = floors.compare(rate, "insert_one_1k_per_s");
         }

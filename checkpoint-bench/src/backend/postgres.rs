@@ -14,6 +14,10 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// Samples per latency floor, and inserts per connection for the throughput floor.
 const FLOOR_SAMPLES: usize = 200;
 const FLOOR_CONNECTIONS: usize = 8;
+/// Rows, and samples per floor call, of the one-query bulk read floor: as many distinct
+/// 70 KB rows as the filtered list of W3 returns tuples (one per W1 thread).
+const BULK_ROWS: i32 = 50;
+const BULK_SAMPLES: usize = 15;
 
 fn backend_error(e: sqlx::Error) -> Error {
     Error::Backend {
@@ -24,7 +28,9 @@ fn backend_error(e: sqlx::Error) -> Error {
 
 /// The PostgreSQL backend. Floors: single-row `INSERT`+`COMMIT` p50 (1 KB row) and
 /// primary-key `SELECT` p50 (70 KB row) on one connection, and `INSERT`+`COMMIT` throughput
-/// on 8 connections, measured in a schema of their own.
+/// on 8 connections, measured in a schema of their own. One more, beyond WORKLOAD.md §6,
+/// for the filtered list: one `SELECT` returning 50 distinct 70 KB rows (the bytes a
+/// complete answer must carry: every W1 thread has its own 64 KB `big_doc`).
 #[derive(Debug)]
 pub struct PostgresBackend {
     url: String,
@@ -72,6 +78,25 @@ impl PostgresBackend {
             .execute(&admin)
             .await
             .map_err(backend_error)?;
+        let statement = format!(
+            "CREATE TABLE IF NOT EXISTS {floor_schema}.bulk (id INT PRIMARY KEY, payload BYTEA NOT NULL)"
+        );
+        sqlx::query(&statement)
+            .execute(&admin)
+            .await
+            .map_err(backend_error)?;
+        let statement = format!(
+            "INSERT INTO {floor_schema}.bulk VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET payload = EXCLUDED.payload"
+        );
+        for id in 0..BULK_ROWS {
+            let row = crate::rng::SplitMix64::for_thread(43, id as u64).text(70 * 1024);
+            sqlx::query(&statement)
+                .bind(id)
+                .bind(row.as_bytes())
+                .execute(&admin)
+                .await
+                .map_err(backend_error)?;
+        }
         Ok(Self {
             url,
             admin,
@@ -175,6 +200,22 @@ impl Backend for PostgresBackend {
             selects.push(t.elapsed().as_secs_f64() * 1e3);
             debug_assert_eq!(payload.len(), 70 * 1024);
         }
+        let bulk = format!(
+            "SELECT payload FROM {}.bulk WHERE id = ANY($1)",
+            self.floor_schema
+        );
+        let ids: Vec<i32> = (0..BULK_ROWS).collect();
+        let mut bulk_reads = Vec::with_capacity(BULK_SAMPLES);
+        for _ in 0..BULK_SAMPLES {
+            let t = Instant::now();
+            let rows: Vec<Vec<u8>> = sqlx::query_scalar(bulk.as_str())
+                .bind(&ids)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(backend_error)?;
+            bulk_reads.push(t.elapsed().as_secs_f64() * 1e3);
+            debug_assert_eq!(rows.len(), BULK_ROWS as usize);
+        }
         drop(conn);
         let started = Instant::now();
         let mut tasks = Vec::new();
@@ -213,6 +254,8 @@ impl Backend for PostgresBackend {
                 .figure("insert_commit_p50_ms", p50(inserts))
                 .figure("pk_select_70kb_p50_ms", p50(selects))
                 .figure("insert_commit_8conn_per_s", per_s)
+                .figure("select_50x70kb_p50_ms", p50(bulk_reads))
+                .compare("filtered_list_p50_ms", "select_50x70kb_p50_ms")
                 .compare("put_p50_ms", "insert_commit_p50_ms")
                 .compare("put_writes_p50_ms", "insert_commit_p50_ms")
                 .compare("get_tuple_latest_p50_ms", "pk_select_70kb_p50_ms")
