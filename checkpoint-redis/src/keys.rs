@@ -261,15 +261,14 @@ pub(crate) struct Layout {
 }
 
 /// The data keys of one thread, in the order the scripts expect them in `KEYS`.
-pub(crate) const THREAD_KEY_SUFFIXES: [&str; 8] =
-    ["cp", "bl", "rc", "wi", "wv", "mi", "opt", "lease"];
+pub(crate) const THREAD_KEY_SUFFIXES: [&str; 7] = ["cp", "bl", "wi", "wv", "mi", "opt", "lease"];
 
 /// Positions in [`THREAD_KEY_SUFFIXES`].
 pub(crate) const CP: usize = 0;
 pub(crate) const BL: usize = 1;
-pub(crate) const WI: usize = 3;
-pub(crate) const WV: usize = 4;
-pub(crate) const LEASE: usize = 7;
+pub(crate) const WI: usize = 2;
+pub(crate) const WV: usize = 3;
+pub(crate) const LEASE: usize = 6;
 
 impl Layout {
     pub(crate) fn new(prefix: &str) -> Self {
@@ -287,7 +286,7 @@ impl Layout {
         format!("{}:{{{}}}", self.prefix, key_part(thread))
     }
 
-    /// The 8 keys of a thread (see [`THREAD_KEY_SUFFIXES`]).
+    /// The 7 keys of a thread (see [`THREAD_KEY_SUFFIXES`]).
     pub(crate) fn thread_keys(&self, thread: &str) -> Vec<String> {
         let base = self.thread_base(thread);
         THREAD_KEY_SUFFIXES

@@ -32,16 +32,16 @@ impl Lua {
 /// `token \0 tref` (metadata). The global `GMI` likewise holds `\1 gref pack(tokens)` and
 /// `token \0 gref`. One `ZADD` per index keeps a put cheap.
 const THREAD_HEADER: &str = r#"
-local CP, BL, RC, WI, WV, MI, OPT, LEASE =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local GMI = KEYS[9]
+local CP, BL, WI, WV, MI, OPT, LEASE =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local GMI = KEYS[8]
 local INLINE = GMI ~= nil
-local DATA = {CP, BL, RC, WI, WV, MI}
+local DATA = {CP, BL, WI, WV, MI}
 "#;
 
 /// Key bindings of global-index scripts.
 const GLOBAL_HEADER: &str = r#"
-local CP, BL, RC, WI, WV, MI, OPT, LEASE
+local CP, BL, WI, WV, MI, OPT, LEASE
 local GMI = KEYS[1]
 local INLINE = true
 local DATA = {}
@@ -242,16 +242,43 @@ end
 
 "#;
 
+/// Mark-and-sweep of values (needs the base helpers).
+const SWEEP_FNS: &str = r#"
+-- Deletes the values among `candidates` (fields of `BL`) that no checkpoint of the thread
+-- names any more. Values carry no reference counts, so a put never pays for bookkeeping;
+-- the ones that lose a checkpoint (prune, delete_for_runs, a re-put that changes a
+-- checkpoint) are checked here against every remaining record, read in HSCAN pages.
+local function sweep(candidates)
+  local want, n = {}, 0
+  for _, f in ipairs(candidates) do
+    if not want[f] then want[f] = true; n = n + 1 end
+  end
+  local cursor = '0'
+  while n > 0 do
+    local page = redis.call('HSCAN', CP, cursor, 'COUNT', 500)
+    cursor = page[1]
+    local kv = page[2]
+    for i = 2, #kv, 2 do
+      for _, f in ipairs(list_of((netstr(kv[i], 1)))) do
+        if want[f] then want[f] = nil; n = n - 1 end
+      end
+    end
+    if cursor == '0' then break end
+  end
+  if n == 0 then return end
+  local dead = {}
+  for f in pairs(want) do dead[#dead + 1] = f end
+  chunked('HDEL', BL, dead)
+end
+
+"#;
+
 /// Deleting checkpoints and threads (needs the global helpers).
 const DELETE_FNS: &str = r#"
-local function delete_checkpoint(tref, rec, ethread)
+-- Deletes a checkpoint; the values it named become candidates for `sweep`.
+local function delete_checkpoint(tref, rec, ethread, candidates)
   local cv, toks = record_parts(rec)
-  for _, f in ipairs(cv) do
-    if redis.call('HINCRBY', RC, f, -1) <= 0 then
-      redis.call('HDEL', RC, f)
-      redis.call('HDEL', BL, f)
-    end
-  end
+  for _, f in ipairs(cv) do candidates[#candidates + 1] = f end
   local idp, nsp = split_tref(tref)
   redis.call('HDEL', CP, tref)
   zrem_all(MI, {BYID .. tref, BYNS .. nsp .. idp}, toks, '\0' .. tref)
@@ -373,20 +400,18 @@ local cv, toks = {}, {}
 for i = 1, nf do cv[i] = ARGV[9 + i] end
 for i = 1, nt do toks[i] = ARGV[10 + nf + i] end
 for i = 11 + nf + nt, #ARGV, 2 do redis.call('HSETNX', BL, ARGV[i], ARGV[i + 1]) end
-for _, f in ipairs(cv) do redis.call('HINCRBY', RC, f, 1) end
 -- A new checkpoint (the usual case) is stored with one HSETNX; a re-put replaces.
 if not known and redis.call('HSETNX', CP, tref, ARGV[8]) == 0 then
   old, known = redis.call('HGET', CP, tref), true
 end
-local oldtoks = {}
+local oldtoks, gone = {}, {}
 if old then
   local ocv
   ocv, oldtoks = record_parts(old)
+  local named = {}
+  for _, f in ipairs(cv) do named[f] = true end
   for _, f in ipairs(ocv) do
-    if redis.call('HINCRBY', RC, f, -1) <= 0 then
-      redis.call('HDEL', RC, f)
-      redis.call('HDEL', BL, f)
-    end
+    if not named[f] then gone[#gone + 1] = f end
   end
   local keep, stale = {}, {}
   for _, t in ipairs(toks) do keep[t] = true end
@@ -396,6 +421,8 @@ if old then
   if #stale > 0 then zrem_all(MI, {}, stale, '\0' .. tref) end
 end
 if known then redis.call('HSET', CP, tref, ARGV[8]) end
+-- Values only the replaced record named (after the HSET, so it no longer counts).
+if #gone > 0 then sweep(gone) end
 zadd_all(MI, {BYID .. tref, BYNS .. nsp .. idp}, toks, '\0' .. tref)
 if INLINE then
   if known then g_set(idp .. ARGV[2] .. nsp, toks) else g_new(idp .. ARGV[2] .. nsp, toks) end
@@ -520,6 +547,7 @@ if keep == 0 then
   return {'OK', GREM}
 end
 local nsmin = '[' .. BYNS
+local candidates = {}
 while true do
   local f = redis.call('ZRANGEBYLEX', MI, nsmin, '(' .. BYNS .. HI, 'LIMIT', 0, 1)
   if not f[1] then break end
@@ -534,7 +562,7 @@ while true do
       local tref = string.sub(m, #p + 1) .. nsp
       local rec = redis.call('HGET', CP, tref)
       if rec then
-        delete_checkpoint(tref, rec, ARGV[2])
+        delete_checkpoint(tref, rec, ARGV[2], candidates)
       else
         redis.call('ZREM', MI, m, BYID .. tref)
       end
@@ -542,25 +570,27 @@ while true do
   end
   nsmin = '(' .. p .. HI
 end
+sweep(candidates)
 return {'OK', GREM}
 "#;
 
 /// `delete_for_runs` in one thread. ARGV: unused, esc(thread), run token, trefs...
 const DELETE_RUNS: &str = r#"
-local n = 0
+local n, candidates = 0, {}
 for i = 4, #ARGV do
   local rec = redis.call('HGET', CP, ARGV[i])
   if rec then
     local _, toks = record_parts(rec)
     for _, t in ipairs(toks) do
       if t == ARGV[3] then
-        delete_checkpoint(ARGV[i], rec, ARGV[2])
+        delete_checkpoint(ARGV[i], rec, ARGV[2], candidates)
         n = n + 1
         break
       end
     end
   end
 end
+sweep(candidates)
 return {'OK', GREM, n}
 "#;
 
@@ -590,8 +620,7 @@ for _ = 1, tonumber(ARGV[3]) do
   i = i + 2
   if redis.call('HSETNX', CP, tref, rec) == 1 then
     added = added + 1
-    local cv, toks = record_parts(rec)
-    for _, f in ipairs(cv) do redis.call('HINCRBY', RC, f, 1) end
+    local _, toks = record_parts(rec)
     local idp, nsp = split_tref(tref)
     zadd_all(MI, {BYID .. tref, BYNS .. nsp .. idp}, toks, '\0' .. tref)
     if INLINE then g_set(idp .. ARGV[2] .. nsp, toks) end
@@ -742,7 +771,9 @@ pub(crate) struct Scripts {
 }
 
 /// Every helper, for the maintenance scripts.
-const ALL_FNS: [&str; 5] = [BASE, GLOBAL_FNS, THREAD_FNS, DELETE_FNS, SCAN_FNS];
+const ALL_FNS: [&str; 6] = [
+    BASE, GLOBAL_FNS, THREAD_FNS, SWEEP_FNS, DELETE_FNS, SCAN_FNS,
+];
 
 fn script(header: &str, helpers: &[&str], body: &str) -> Lua {
     Lua::new(format!("{header}{}{body}", helpers.concat()))
@@ -757,7 +788,11 @@ fn global(body: &str) -> Lua {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    put: script(THREAD_HEADER, &[BASE, GLOBAL_FNS, THREAD_FNS], PUT),
+    put: script(
+        THREAD_HEADER,
+        &[BASE, GLOBAL_FNS, THREAD_FNS, SWEEP_FNS],
+        PUT,
+    ),
     put_writes: script(THREAD_HEADER, &[BASE, THREAD_FNS], PUT_WRITES),
     get: script(THREAD_HEADER, &[BASE, THREAD_FNS], GET),
     list: script(THREAD_HEADER, &[BASE, THREAD_FNS, SCAN_FNS], LIST),

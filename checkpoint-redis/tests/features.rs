@@ -152,7 +152,7 @@ fn default_ttl_pinning_and_per_thread_ttl_apply_to_every_key_of_the_thread() {
         let thread_keys = keys(&url, &format!("{prefix}:{{t1}}:*")).await;
         // Every data key of the thread exists (the by-id and by-namespace orders live in
         // `mi` with the metadata index).
-        for suffix in [":cp", ":bl", ":rc", ":wi", ":wv", ":mi"] {
+        for suffix in [":cp", ":bl", ":wi", ":wv", ":mi"] {
             assert!(
                 thread_keys.iter().any(|k| k.ends_with(suffix)),
                 "{suffix} missing from {thread_keys:?}"
@@ -456,6 +456,87 @@ fn large_values_survive_every_operation() {
         assert_eq!(fields.len(), 2, "{fields:?}");
         let last = saver.list_all(ListOptions::thread("copy")).await.unwrap();
         check(&last[0], 200_000);
+        saver.purge().await.unwrap();
+    });
+}
+
+/// Values carry no reference counts: the ones a re-put or a deletion leaves unnamed are
+/// swept, the ones another checkpoint still names stay.
+#[test]
+fn values_no_checkpoint_names_are_swept_and_shared_ones_kept() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let prefix = common::unique_prefix("sweep");
+        let saver = RedisSaverBuilder::new(url.clone())
+            .key_prefix(prefix.clone())
+            .build()
+            .await
+            .unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let bl = format!("{prefix}:{{t}}:bl");
+        let mut values = async || -> u64 {
+            redis::cmd("HLEN")
+                .arg(&bl)
+                .query_async(&mut conn)
+                .await
+                .unwrap()
+        };
+        let run = |r: &str| CheckpointMetadata::new().with("run_id", r);
+        let (a, va) = step(
+            None,
+            &[
+                ("doc", Some(val(json!("D".repeat(5000))))),
+                ("b", Some(val(json!("b1")))),
+            ],
+        );
+        let at_a = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                a.clone(),
+                run("r1"),
+                va,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        // B shares A's unchanged `doc`.
+        let (b, vb) = step(Some(&a), &[("b", Some(val(json!("b2"))))]);
+        saver
+            .put(&at_a, b.clone(), run("r2"), vb, PutOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(values().await, 3, "doc once, b twice");
+        // Re-putting B with another `b` drops the value only the old B named.
+        let mut b_again = b.clone();
+        let v3 = b_again.set_typed("b", val(json!("b3")));
+        let at_b = saver
+            .put(
+                &at_a,
+                b_again,
+                run("r2"),
+                [("b".to_owned(), v3)].into(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(values().await, 3, "b2 swept, b3 stored");
+        let t = saver.get_tuple(&at_b).await.unwrap().unwrap();
+        assert_eq!(t.checkpoint.channel_values["b"], val(json!("b3")));
+        assert_eq!(
+            t.checkpoint.channel_values["doc"],
+            val(json!("D".repeat(5000)))
+        );
+        // Deleting B keeps the `doc` A still names.
+        saver.delete_for_runs(&["r2".to_owned()]).await.unwrap();
+        assert_eq!(values().await, 2, "A's doc and b1 stay");
+        let t = saver.get_tuple(&at_a).await.unwrap().unwrap();
+        assert_eq!(
+            t.checkpoint.channel_values["doc"],
+            val(json!("D".repeat(5000)))
+        );
+        saver.delete_for_runs(&["r1".to_owned()]).await.unwrap();
+        assert_eq!(values().await, 0, "nothing names a value any more");
         saver.purge().await.unwrap();
     });
 }
