@@ -212,6 +212,64 @@ impl Link {
         }
     }
 
+    /// Single node only: runs `prelude` (plain commands, replies ignored) and then the
+    /// script in one `MULTI`/`EXEC`, one round trip. Nothing else runs in between, and a
+    /// script the server does not know yet is sent again with its code (the prelude with it,
+    /// so it must be idempotent). `None` on a Cluster, where the caller uses [`Link::eval`].
+    pub(crate) async fn eval_after(
+        &self,
+        prelude: &[Cmd],
+        call: &Call<'_>,
+    ) -> Option<Result<Value, RedisSaverError>> {
+        let Link::Single { pool, epoch } = self else {
+            return None;
+        };
+        let transaction = |by_hash: bool| {
+            let mut p = redis::pipe();
+            p.atomic();
+            for c in prelude {
+                p.add_command(c.clone()).ignore();
+            }
+            p.add_command(call.command(by_hash));
+            p
+        };
+        let mut attempt = 0;
+        Some(loop {
+            attempt += 1;
+            let mut link = match Self::pooled(pool).await {
+                Ok(link) => link,
+                Err(e) => break Err(e),
+            };
+            let mut result = transaction(true)
+                .query_async::<Vec<Value>>(&mut link.conn)
+                .await;
+            if matches!(&result, Err(e) if no_script(e)) {
+                result = transaction(false)
+                    .query_async::<Vec<Value>>(&mut link.conn)
+                    .await;
+            }
+            match result {
+                Ok(mut replies) => match replies.pop() {
+                    Some(v) if replies.is_empty() => break Ok(v),
+                    _ => {
+                        break Err(RedisSaverError::Protocol(
+                            "a MULTI/EXEC put answered an unexpected number of replies".into(),
+                        ));
+                    }
+                },
+                Err(e) => {
+                    Self::mark(&mut link, epoch, &e);
+                    drop(link);
+                    if attempt == 1 && retry_on_fresh_connection(&e) {
+                        tracing::debug!(error = %e, "redis connection lost; retrying once");
+                        continue;
+                    }
+                    break Err(e.into());
+                }
+            }
+        })
+    }
+
     /// Runs several scripts concurrently: pipelined on one multiplexed connection, or spread
     /// over the Cluster's nodes. Results are in call order.
     pub(crate) async fn eval_many(

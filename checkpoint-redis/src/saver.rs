@@ -765,10 +765,61 @@ impl Saver for RedisSaver {
         args.extend(record.fields);
         args.push(s(record.tokens.len().to_string()));
         args.extend(record.tokens.iter().map(s));
-        args.extend(blobs);
-        let reply = self
-            .eval_thread(&SCRIPTS.put, thread_id, args, true)
-            .await?;
+        // The index members, as the scripts' `BYID`/`BYNS`/token layout defines them.
+        let tref = tref(&id, ns);
+        let member = |head: &[u8], parts: &[&[u8]]| -> Vec<u8> {
+            let mut m = head.to_vec();
+            for p in parts {
+                m.extend_from_slice(p);
+            }
+            m
+        };
+        let mut mi = vec![s("0"), member(b"\x01", &[&tref])];
+        mi.extend([s("0"), member(b"\x02", &[&esc(ns), &esc(&id)])]);
+        for t in &record.tokens {
+            mi.extend([s("0"), member(t.as_bytes(), &[b"\0", &tref])]);
+        }
+        args.push(s(mi.len().to_string()));
+        args.extend(mi);
+        if cluster {
+            args.push(s("0"));
+        } else {
+            let mut gmi = vec![s("0"), member(b"\x01", &[&g, &pack_list(&record.tokens)])];
+            for t in &record.tokens {
+                gmi.extend([s("0"), member(t.as_bytes(), &[b"\0", &g])]);
+            }
+            args.push(s(gmi.len().to_string()));
+            args.extend(gmi);
+        }
+        let reply = if cluster {
+            args.push(s("V"));
+            args.extend(blobs);
+            self.eval_thread(&SCRIPTS.put, thread_id, args, true)
+                .await?
+        } else {
+            // Single node: the values go in as plain `HSETNX`es in the same `MULTI`/`EXEC`
+            // as the script, so they never pass through Lua (converting a 64 KB argument
+            // into a Lua string costs more than the whole rest of the script).
+            let keys = self.thread_keys(thread_id, true);
+            args.push(s("F"));
+            let mut prelude = Vec::with_capacity(blobs.len() / 2);
+            let mut pairs = blobs.into_iter();
+            while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
+                let mut c = redis::cmd("HSETNX");
+                c.arg(&keys[crate::keys::BL]).arg(&field[..]).arg(value);
+                prelude.push(c);
+                args.push(field);
+            }
+            let call = Call {
+                script: &SCRIPTS.put,
+                keys,
+                args,
+            };
+            match self.inner.link.eval_after(&prelude, &call).await {
+                Some(reply) => array(reply?)?,
+                None => return Err(protocol("a single-node put found a cluster link")),
+            }
+        };
         match Self::reply_status(&reply)? {
             "OK" => {
                 if cluster {

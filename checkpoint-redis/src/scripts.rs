@@ -112,6 +112,12 @@ local function zadd_all(key, extra, toks, suffix)
     redis.call('ZADD', key, unpack(args, i, math.min(i + 999, #args)))
   end
 end
+-- ZADD of the (score, member) pairs ARGV[from..to], as the client built them.
+local function zadd_argv(key, from, to)
+  for i = from, to, 1000 do
+    redis.call('ZADD', key, unpack(ARGV, i, math.min(i + 999, to)))
+  end
+end
 -- ZREM of `extra` members and of `tok .. suffix` for each token.
 local function zrem_all(key, extra, toks, suffix)
   local args = {}
@@ -373,12 +379,33 @@ end
 
 /// `put`. ARGV: default ttl ms, esc(thread), fence or '', cas '1'/'0', esc(ns), esc(id),
 /// esc(parent) or '', record, n, the record's n blob fields, m, its m tokens (both also
-/// packed in the record; passed apart so the hot path parses nothing), then blob
-/// (field, value) pairs.
+/// packed in the record; passed apart so the hot path parses nothing), k, the k arguments
+/// of the thread index `ZADD` (score, member pairs), g, the g arguments of the global
+/// index `ZADD` of a new checkpoint (0 on a Cluster), then either `V` and blob (field,
+/// value) pairs, or `F` and the fields of values the caller already wrote with `HSETNX` in
+/// the same `MULTI`/`EXEC` (large values then never pass through Lua: on a refused put
+/// those fields are swept again). The index members are built by the client: building
+/// them from the tokens in Lua cost more than half of the script's time.
 const PUT: &str = r#"
 local nsp, idp, par = ARGV[5], ARGV[6], ARGV[7]
+local nf = tonumber(ARGV[9])
+local nt = tonumber(ARGV[10 + nf])
+local mi_at = 11 + nf + nt
+local nmi = tonumber(ARGV[mi_at])
+local g_at = mi_at + nmi + 1
+local ngm = tonumber(ARGV[g_at])
+local tail = g_at + ngm + 1
+local prewritten = ARGV[tail] == 'F'
+local function refuse(reply)
+  if prewritten and #ARGV > tail then
+    local fields = {}
+    for i = tail + 1, #ARGV do fields[#fields + 1] = ARGV[i] end
+    sweep(fields)
+  end
+  return reply
+end
 local stale = check_fence(ARGV[3])
-if stale then return stale end
+if stale then return refuse(stale) end
 local tref = idp .. nsp
 -- `old`: the record this put replaces (false: none), read only when needed.
 local old, known = false, false
@@ -392,14 +419,14 @@ if ARGV[4] == '1' then
       ok = (oldpar == par)
     end
   end
-  if not ok then return {'CONFLICT', head or false} end
+  if not ok then return refuse({'CONFLICT', head or false}) end
 end
-local nf = tonumber(ARGV[9])
-local nt = tonumber(ARGV[10 + nf])
 local cv, toks = {}, {}
 for i = 1, nf do cv[i] = ARGV[9 + i] end
 for i = 1, nt do toks[i] = ARGV[10 + nf + i] end
-for i = 11 + nf + nt, #ARGV, 2 do redis.call('HSETNX', BL, ARGV[i], ARGV[i + 1]) end
+if not prewritten then
+  for i = tail + 1, #ARGV, 2 do redis.call('HSETNX', BL, ARGV[i], ARGV[i + 1]) end
+end
 -- A new checkpoint (the usual case) is stored with one HSETNX; a re-put replaces.
 if not known and redis.call('HSETNX', CP, tref, ARGV[8]) == 0 then
   old, known = redis.call('HGET', CP, tref), true
@@ -423,9 +450,9 @@ end
 if known then redis.call('HSET', CP, tref, ARGV[8]) end
 -- Values only the replaced record named (after the HSET, so it no longer counts).
 if #gone > 0 then sweep(gone) end
-zadd_all(MI, {BYID .. tref, BYNS .. nsp .. idp}, toks, '\0' .. tref)
+zadd_argv(MI, mi_at + 1, mi_at + nmi)
 if INLINE then
-  if known then g_set(idp .. ARGV[2] .. nsp, toks) else g_new(idp .. ARGV[2] .. nsp, toks) end
+  if known then g_set(idp .. ARGV[2] .. nsp, toks) else zadd_argv(GMI, g_at + 1, g_at + ngm) end
 end
 touch(ARGV[1])
 if old then return {'OK', pack(oldtoks)} end

@@ -540,3 +540,91 @@ fn values_no_checkpoint_names_are_swept_and_shared_ones_kept() {
         saver.purge().await.unwrap();
     });
 }
+
+/// On a single node a put writes its values with plain `HSETNX`es ahead of the script in
+/// one `MULTI`/`EXEC`; a put the script then refuses (compare-and-set conflict, stale
+/// fence) leaves none of them behind.
+#[test]
+fn a_refused_put_leaves_no_value_behind() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let prefix = common::unique_prefix("refused");
+        let saver = RedisSaverBuilder::new(url.clone())
+            .key_prefix(prefix.clone())
+            .build()
+            .await
+            .unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let bl = format!("{prefix}:{{t}}:bl");
+        let mut values = async || -> u64 {
+            redis::cmd("HLEN")
+                .arg(&bl)
+                .query_async(&mut conn)
+                .await
+                .unwrap()
+        };
+        let cas = PutOptions::compare_and_set();
+        let (a, va) = step(None, &[("doc", Some(val(json!("D".repeat(70_000)))))]);
+        let at_a = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                a.clone(),
+                CheckpointMetadata::new(),
+                va,
+                cas.clone(),
+            )
+            .await
+            .unwrap();
+        let (b, vb) = step(Some(&a), &[("x", Some(val(json!("b"))))]);
+        saver
+            .put(&at_a, b, CheckpointMetadata::new(), vb, cas.clone())
+            .await
+            .unwrap();
+        assert_eq!(values().await, 2);
+        // A second child of A: A is no longer the head.
+        let (c, vc) = step(
+            Some(&a),
+            &[
+                ("x", Some(val(json!("c")))),
+                ("y", Some(val(json!("Y".repeat(70_000))))),
+            ],
+        );
+        let refused = saver
+            .put(
+                &at_a,
+                c.clone(),
+                CheckpointMetadata::new(),
+                vc.clone(),
+                cas.clone(),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(Error::Conflict { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(values().await, 2, "the refused put's values were swept");
+        // A stale fencing token is refused the same way.
+        let lease = saver
+            .acquire_lease("t", "holder", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap();
+        let refused = saver
+            .put(
+                &at_a,
+                c,
+                CheckpointMetadata::new(),
+                vc,
+                PutOptions::new().fence(lease.token + 1),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(Error::StaleFence { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(values().await, 2, "the fenced-out put's values were swept");
+        saver.release_lease(&lease).await.unwrap();
+        saver.purge().await.unwrap();
+    });
+}
