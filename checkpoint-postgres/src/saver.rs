@@ -354,42 +354,9 @@ fn apply_blob(
     }
 }
 
-/// The rows of [`sql::GET_BY_ID`] / [`sql::GET_LATEST`]: the checkpoint (kind `c`), its
-/// values (kind `b`) and its pending writes (kind `w`), in any order. `None` when there is
-/// no checkpoint row.
-fn decode_tuple(rows: &[PgRow]) -> PgResult<Option<CheckpointTuple>> {
-    let Some(head) = rows
-        .iter()
-        .map(|row| Ok((row.try_get::<String, _>("kind")?, row)))
-        .collect::<PgResult<Vec<_>>>()?
-        .into_iter()
-        .find_map(|(kind, row)| (kind == "c").then_some(row))
-    else {
-        return Ok(None);
-    };
-    let mut t = decode_head(head)?;
-    for row in rows {
-        let kind: String = row.try_get("kind")?;
-        let channel = || row.try_get::<String, _>("channel");
-        let ty = || row.try_get::<String, _>("type");
-        let blob = || row.try_get::<Option<Vec<u8>>, _>("blob");
-        match kind.as_str() {
-            "b" => apply_blob(
-                &mut t.checkpoint.channel_values,
-                channel()?,
-                &ty()?,
-                blob()?.map(Bytes::from),
-            ),
-            "w" => t.pending_writes.push(decode_write(row)?),
-            _ => {}
-        }
-    }
-    sort_writes(&mut t.pending_writes);
-    Ok(Some(t))
-}
-
-/// The rows of a list page, in any order: checkpoint rows (kind `c`, with their rank `ord`
-/// in the page), value rows (kind `b`) and pending-write rows (kind `w`). Each distinct value is
+/// The rows of a list page or of [`sql::GET_BY_ID`] / [`sql::GET_LATEST`], in any order:
+/// checkpoint rows (kind `c`, with their rank `ord` in the page), value rows (kind `b`) and
+/// pending-write rows (kind `w`). Each distinct value is
 /// decoded once and shared (reference-counted) by every checkpoint of the page that names
 /// it.
 fn decode_page(rows: &[PgRow]) -> PgResult<Vec<CheckpointTuple>> {
@@ -782,7 +749,7 @@ impl Saver for PostgresSaver {
             }
         }
         .map_err(classify)?;
-        decode_tuple(&rows).map_err(Error::from)
+        Ok(decode_page(&rows)?.into_iter().next())
     }
 
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {

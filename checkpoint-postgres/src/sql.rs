@@ -1,11 +1,12 @@
 //! The SQL statements. Every value is a bound parameter; nothing from the caller is ever
 //! spliced into SQL text.
 
-/// The rows of one checkpoint tuple, in one query: `$head` selects the checkpoint row (at
-/// most one) into the CTE `c`; the result has one row of kind `c` (the checkpoint), one of
-/// kind `b` per stored value it names and one of kind `w` per pending write. Values travel
-/// as plain rows, not arrays: building a `bytea[]` copies every detoasted value once more
-/// on the server and cost ≈ 0.2 ms per call on the W2 workload.
+/// The rows of one checkpoint tuple, in one query and in the same shape as a list page
+/// (see [`LIST_PAGE_TAIL`], decoded by the same code): `$head` selects the checkpoint row
+/// (at most one) into the CTE `c`; the result has one row of kind `c` (the checkpoint), one
+/// of kind `b` per stored value it names and one of kind `w` per pending write. Values
+/// travel as plain rows, not arrays: building a `bytea[]` copies every detoasted value once
+/// more on the server and cost ≈ 0.2 ms per call on the W2 workload.
 macro_rules! select_tuple {
     ($head:expr) => {
         concat!(
@@ -18,24 +19,25 @@ WITH c AS (
             "
 )
 SELECT 'c' AS kind, c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata,
-       NULL::text AS channel, NULL::text AS type, NULL::bytea AS blob,
-       NULL::text AS task_id, NULL::text AS task_path, NULL::integer AS idx
+       NULL::text AS channel, NULL::text AS version, NULL::text AS type, NULL::bytea AS blob,
+       NULL::text AS task_id, NULL::text AS task_path, NULL::integer AS idx, 1::bigint AS ord
 FROM c
 UNION ALL
-SELECT 'b', NULL, NULL, NULL, NULL, NULL, NULL, bl.channel, bl.type, bl.blob, NULL, NULL, NULL
+SELECT 'b', c.thread_id, c.checkpoint_ns, NULL, NULL, NULL, NULL, bl.channel, bl.version, bl.type, bl.blob,
+       NULL, NULL, NULL, NULL
 FROM c
 CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
 -- One primary-key probe per version (LIMIT 1 keeps the planner from hash-joining all of
 -- the namespace's values).
 CROSS JOIN LATERAL (
-    SELECT b.channel, b.type, b.blob FROM checkpoint_blobs b
+    SELECT b.channel, b.version, b.type, b.blob FROM checkpoint_blobs b
     WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
       AND b.channel = v.key AND b.version = v.value
     LIMIT 1
 ) AS bl
 UNION ALL
-SELECT 'w', NULL, NULL, NULL, NULL, NULL, NULL, cw.channel, coalesce(cw.type, 'msgpack'), cw.blob,
-       cw.task_id, cw.task_path, cw.idx
+SELECT 'w', c.thread_id, c.checkpoint_ns, c.checkpoint_id, NULL, NULL, NULL,
+       cw.channel, NULL, coalesce(cw.type, 'msgpack'), cw.blob, cw.task_id, cw.task_path, cw.idx, NULL
 FROM c
 JOIN checkpoint_writes cw
   ON cw.thread_id = c.thread_id AND cw.checkpoint_ns = c.checkpoint_ns AND cw.checkpoint_id = c.checkpoint_id
