@@ -177,6 +177,38 @@ impl Link {
         }
     }
 
+    /// Runs `op` on a connection of a single node's pool. A connection-level failure marks
+    /// the connection for replacement; with `idempotent`, a call whose connection turned out
+    /// dead is sent once more on a fresh connection.
+    async fn on_single<T, F, Fut>(
+        pool: &bb8::Pool<Manager>,
+        epoch: &AtomicU64,
+        idempotent: bool,
+        mut op: F,
+    ) -> Result<T, RedisSaverError>
+    where
+        F: FnMut(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RedisError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut link = Self::pooled(pool).await?;
+            match op(link.conn.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    Self::mark(&mut link, epoch, &e);
+                    drop(link);
+                    if idempotent && attempt == 1 && retry_on_fresh_connection(&e) {
+                        tracing::debug!(error = %e, "redis connection lost; retrying once");
+                        continue;
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
     /// Runs one script. With `idempotent`, a call that failed because its pooled connection
     /// had died is sent once more on a fresh connection (every operation of this crate but
     /// `claim` is idempotent, so a repeat after a lost reply is harmless).
@@ -187,23 +219,10 @@ impl Link {
     ) -> Result<Value, RedisSaverError> {
         match self {
             Link::Single { pool, epoch } => {
-                let mut attempt = 0;
-                loop {
-                    attempt += 1;
-                    let mut link = Self::pooled(pool).await?;
-                    match eval_on(&mut link.conn, call).await {
-                        Ok(v) => return Ok(v),
-                        Err(e) => {
-                            Self::mark(&mut link, epoch, &e);
-                            drop(link);
-                            if idempotent && attempt == 1 && retry_on_fresh_connection(&e) {
-                                tracing::debug!(error = %e, "redis connection lost; retrying once");
-                                continue;
-                            }
-                            return Err(e.into());
-                        }
-                    }
-                }
+                Self::on_single(pool, epoch, idempotent, |mut conn| async move {
+                    eval_on(&mut conn, call).await
+                })
+                .await
             }
             Link::Cluster(conn) => {
                 let mut conn = conn.clone();
@@ -215,7 +234,8 @@ impl Link {
     /// Single node only: runs `prelude` (plain commands, replies ignored) and then the
     /// script in one `MULTI`/`EXEC`, one round trip. Nothing else runs in between, and a
     /// script the server does not know yet is sent again with its code (the prelude with it,
-    /// so it must be idempotent). `None` on a Cluster, where the caller uses [`Link::eval`].
+    /// so it must be idempotent; the call is retried like an idempotent [`Link::eval`]).
+    /// `None` on a Cluster, where the caller uses [`Link::eval`].
     pub(crate) async fn eval_after(
         &self,
         prelude: &[Cmd],
@@ -233,41 +253,20 @@ impl Link {
             p.add_command(call.command(by_hash));
             p
         };
-        let mut attempt = 0;
-        Some(loop {
-            attempt += 1;
-            let mut link = match Self::pooled(pool).await {
-                Ok(link) => link,
-                Err(e) => break Err(e),
-            };
-            let mut result = transaction(true)
-                .query_async::<Vec<Value>>(&mut link.conn)
-                .await;
-            if matches!(&result, Err(e) if no_script(e)) {
-                result = transaction(false)
-                    .query_async::<Vec<Value>>(&mut link.conn)
-                    .await;
-            }
-            match result {
-                Ok(mut replies) => match replies.pop() {
-                    Some(v) if replies.is_empty() => break Ok(v),
-                    _ => {
-                        break Err(RedisSaverError::Protocol(
-                            "a MULTI/EXEC put answered an unexpected number of replies".into(),
-                        ));
-                    }
-                },
-                Err(e) => {
-                    Self::mark(&mut link, epoch, &e);
-                    drop(link);
-                    if attempt == 1 && retry_on_fresh_connection(&e) {
-                        tracing::debug!(error = %e, "redis connection lost; retrying once");
-                        continue;
-                    }
-                    break Err(e.into());
-                }
+        let transaction = &transaction;
+        let replies = Self::on_single(pool, epoch, true, |mut conn| async move {
+            match transaction(true).query_async::<Vec<Value>>(&mut conn).await {
+                Err(e) if no_script(&e) => transaction(false).query_async(&mut conn).await,
+                other => other,
             }
         })
+        .await;
+        Some(replies.and_then(|mut replies| match replies.pop() {
+            Some(v) if replies.is_empty() => Ok(v),
+            _ => Err(RedisSaverError::Protocol(
+                "a MULTI/EXEC put answered an unexpected number of replies".into(),
+            )),
+        }))
     }
 
     /// Runs several scripts concurrently: pipelined on one multiplexed connection, or spread

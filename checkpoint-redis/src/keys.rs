@@ -102,6 +102,41 @@ pub(crate) fn gref(id: &str, thread: &str, ns: &str) -> Vec<u8> {
     out
 }
 
+/// `ZADD` arguments (score `0`, member pairs) of a checkpoint's entries in its thread's
+/// index: `\1 tref`, `\2 esc(ns) esc(id)` and `token \0 tref` per metadata token (the
+/// layout the scripts read; see `scripts.rs`).
+pub(crate) fn thread_index_args(id: &str, ns: &str, tokens: &[String]) -> Vec<Vec<u8>> {
+    let tref = tref(id, ns);
+    let mut by_ns = vec![2u8];
+    esc_into(&mut by_ns, ns.as_bytes());
+    esc_into(&mut by_ns, id.as_bytes());
+    let mut args = vec![
+        b"0".to_vec(),
+        [&[1u8][..], &tref].concat(),
+        b"0".to_vec(),
+        by_ns,
+    ];
+    for t in tokens {
+        args.push(b"0".to_vec());
+        args.push([t.as_bytes(), b"\0", &tref].concat());
+    }
+    args
+}
+
+/// `ZADD` arguments (score `0`, member pairs) of a new checkpoint's entries in the global
+/// index: `\1 gref pack(tokens)` and `token \0 gref` per metadata token.
+pub(crate) fn global_index_args(gref: &[u8], tokens: &[String]) -> Vec<Vec<u8>> {
+    let mut args = vec![
+        b"0".to_vec(),
+        [&[1u8][..], gref, &pack_list(tokens)].concat(),
+    ];
+    for t in tokens {
+        args.push(b"0".to_vec());
+        args.push([t.as_bytes(), b"\0", gref].concat());
+    }
+    args
+}
+
 /// Decodes a [`gref`] into `(id, thread, ns)`.
 pub(crate) fn parse_gref(r: &[u8]) -> Option<(String, String, String)> {
     let (id, rest) = unesc_str(r)?;

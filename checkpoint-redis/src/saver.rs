@@ -19,7 +19,10 @@ use serde_json::Value as Json;
 use crate::config::{RedisSaverBuilder, duration_ms};
 use crate::conn::{Call, Link};
 use crate::error::protocol;
-use crate::keys::{Layout, blob_field, esc, gref, idx8, pack_list, parse_gref, token, tref};
+use crate::keys::{
+    Layout, blob_field, esc, global_index_args, gref, idx8, pack_list, parse_gref,
+    thread_index_args, token, tref,
+};
 use crate::record::{
     array, bulk, decode_tuple, decode_typed, encode_blob, encode_record, encode_typed,
     encode_write, number, record_tokens, text,
@@ -765,32 +768,16 @@ impl Saver for RedisSaver {
         args.extend(record.fields);
         args.push(s(record.tokens.len().to_string()));
         args.extend(record.tokens.iter().map(s));
-        // The index members, as the scripts' `BYID`/`BYNS`/token layout defines them.
-        let tref = tref(&id, ns);
-        let member = |head: &[u8], parts: &[&[u8]]| -> Vec<u8> {
-            let mut m = head.to_vec();
-            for p in parts {
-                m.extend_from_slice(p);
-            }
-            m
-        };
-        let mut mi = vec![s("0"), member(b"\x01", &[&tref])];
-        mi.extend([s("0"), member(b"\x02", &[&esc(ns), &esc(&id)])]);
-        for t in &record.tokens {
-            mi.extend([s("0"), member(t.as_bytes(), &[b"\0", &tref])]);
-        }
+        let mi = thread_index_args(&id, ns, &record.tokens);
         args.push(s(mi.len().to_string()));
         args.extend(mi);
-        if cluster {
-            args.push(s("0"));
+        let gmi = if cluster {
+            Vec::new()
         } else {
-            let mut gmi = vec![s("0"), member(b"\x01", &[&g, &pack_list(&record.tokens)])];
-            for t in &record.tokens {
-                gmi.extend([s("0"), member(t.as_bytes(), &[b"\0", &g])]);
-            }
-            args.push(s(gmi.len().to_string()));
-            args.extend(gmi);
-        }
+            global_index_args(&g, &record.tokens)
+        };
+        args.push(s(gmi.len().to_string()));
+        args.extend(gmi);
         let reply = if cluster {
             args.push(s("V"));
             args.extend(blobs);
