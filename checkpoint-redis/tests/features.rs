@@ -47,6 +47,17 @@ async fn put_one(saver: &RedisSaver, thread: &str) -> CheckpointConfig {
         .unwrap()
 }
 
+/// How many values (fields of the `bl` hash) are stored for `thread` under `prefix`.
+async fn stored_values(url: &str, prefix: &str, thread: &str) -> u64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("HLEN")
+        .arg(format!("{prefix}:{{{thread}}}:bl"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
 async fn keys(url: &str, pattern: &str) -> Vec<String> {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -472,16 +483,7 @@ fn values_no_checkpoint_names_are_swept_and_shared_ones_kept() {
             .build()
             .await
             .unwrap();
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let bl = format!("{prefix}:{{t}}:bl");
-        let mut values = async || -> u64 {
-            redis::cmd("HLEN")
-                .arg(&bl)
-                .query_async(&mut conn)
-                .await
-                .unwrap()
-        };
+        let values = || stored_values(&url, &prefix, "t");
         let run = |r: &str| CheckpointMetadata::new().with("run_id", r);
         let (a, va) = step(
             None,
@@ -554,16 +556,7 @@ fn a_refused_put_leaves_no_value_behind() {
             .build()
             .await
             .unwrap();
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let bl = format!("{prefix}:{{t}}:bl");
-        let mut values = async || -> u64 {
-            redis::cmd("HLEN")
-                .arg(&bl)
-                .query_async(&mut conn)
-                .await
-                .unwrap()
-        };
+        let values = || stored_values(&url, &prefix, "t");
         let cas = PutOptions::compare_and_set();
         let (a, va) = step(None, &[("doc", Some(val(json!("D".repeat(70_000)))))]);
         let at_a = saver
