@@ -214,7 +214,9 @@ impl Backend for PostgresBackend {
                 .await
                 .map_err(backend_error)?;
             bulk_reads.push(t.elapsed().as_secs_f64() * 1e3);
-            debug_assert_eq!(rows.len(), BULK_ROWS as usize);
+            if rows.len() != BULK_ROWS as usize {
+                return Err(Error::invalid("the bulk floor rows vanished"));
+            }
         }
         drop(conn);
         let started = Instant::now();

@@ -202,7 +202,9 @@ impl Backend for RedisBackend {
                 .await
                 .map_err(unavailable)?;
             mget.push(t.elapsed());
-            debug_assert_eq!(values.len(), BULK_KEYS);
+            if values.len() != BULK_KEYS || values.iter().any(|v| v.len() != FLOOR_VALUE) {
+                return Err(Error::invalid("the bulk floor values vanished"));
+            }
         }
         let _: () = redis::cmd("DEL")
             .arg(&key)
