@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod chunk;
 mod config;
 mod conn;
 mod error;

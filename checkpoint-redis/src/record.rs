@@ -55,9 +55,12 @@ fn parse_blob_field(f: &[u8]) -> Option<(String, ChannelVersion)> {
 }
 
 /// A checkpoint record as stored in the thread's `cp` hash:
-/// `netstr(pack(blob fields)) netstr(pack(tokens)) netstr(esc(parent) | "") json`.
+/// `netstr(pack(blob fields)) netstr(pack(tokens)) netstr(esc(parent) | "")
+/// netstr(pack(field, manifest, …)) json`.
 /// The prefix is what the scripts need (values to load, index entries to maintain, the
-/// parent for compare-and-set) without parsing JSON.
+/// parent for compare-and-set) without parsing JSON. The fourth part carries the manifests
+/// of the values this put chunked (see the `chunk` module), so a reader can fetch their
+/// chunks in the same step as the plain values.
 pub(crate) struct EncodedRecord {
     pub(crate) bytes: Vec<u8>,
     pub(crate) fields: Vec<Vec<u8>>,
@@ -77,6 +80,7 @@ pub(crate) fn encode_record(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     parent: Option<&str>,
+    manifests: &[Vec<u8>],
 ) -> Result<EncodedRecord> {
     let fields: Vec<Vec<u8>> = checkpoint
         .channel_versions
@@ -88,6 +92,7 @@ pub(crate) fn encode_record(
     netstr_into(&mut bytes, &pack_list(&fields));
     netstr_into(&mut bytes, &pack_list(&tokens));
     netstr_into(&mut bytes, &parent.map(esc).unwrap_or_default());
+    netstr_into(&mut bytes, &pack_list(manifests));
     let body = BodyOut {
         v: checkpoint.v,
         id: &checkpoint.id,
@@ -103,6 +108,24 @@ pub(crate) fn encode_record(
         fields,
         tokens,
     })
+}
+
+/// The `(blob field, manifest)` pairs a record carries for the values its put chunked.
+pub(crate) fn record_manifests(rec: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let (_, rest) = netstr(rec)?;
+    let (_, rest) = netstr(rest)?;
+    let (_, rest) = netstr(rest)?;
+    let (packed, _) = netstr(rest)?;
+    let flat = unpack_list(packed)?;
+    if flat.len() % 2 != 0 {
+        return None;
+    }
+    let mut it = flat.into_iter();
+    let mut out = Vec::new();
+    while let (Some(f), Some(m)) = (it.next(), it.next()) {
+        out.push((f, m));
+    }
+    Some(out)
 }
 
 /// The tokens stored in a record's prefix.
@@ -219,7 +242,8 @@ pub(crate) fn decode_tuple(thread_id: &str, v: Value) -> Result<CheckpointTuple>
     let bad = || corrupt(format!("corrupt record of checkpoint {id:?}"));
     let (fields, rest) = netstr(rec).ok_or_else(bad)?;
     let (_, rest) = netstr(rest).ok_or_else(bad)?;
-    let (parent, json) = netstr(rest).ok_or_else(bad)?;
+    let (parent, rest) = netstr(rest).ok_or_else(bad)?;
+    let (_, json) = netstr(rest).ok_or_else(bad)?;
     let parent = if parent.is_empty() {
         None
     } else {
@@ -310,7 +334,7 @@ mod tests {
         c.channel_versions
             .insert("a".into(), checkpoint_core::ChannelVersion::Int(1));
         let m = CheckpointMetadata::for_step(Source::Loop, 5);
-        let r = encode_record("", c, m.clone(), Some("p")).unwrap();
+        let r = encode_record("", c, m.clone(), Some("p"), &[]).unwrap();
         assert_eq!(record_tokens(&r.bytes).unwrap(), metadata_tokens(&m));
         assert_eq!(r.tokens.len(), 3);
     }

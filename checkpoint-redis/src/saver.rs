@@ -16,6 +16,7 @@ use futures::stream::{self, StreamExt};
 use redis::Value;
 use serde_json::Value as Json;
 
+use crate::chunk;
 use crate::config::{RedisSaverBuilder, duration_ms};
 use crate::conn::{Call, Link};
 use crate::error::protocol;
@@ -25,7 +26,7 @@ use crate::keys::{
 };
 use crate::record::{
     array, bulk, decode_tuple, decode_typed, encode_blob, encode_record, encode_typed,
-    encode_write, number, record_tokens, text,
+    encode_write, number, record_manifests, record_tokens, text,
 };
 use crate::scripts::{Lua, SCRIPTS};
 
@@ -282,6 +283,36 @@ enum Plan {
     Thread { mode: &'static str },
     /// Every thread: `mode` is `all` or `mi`.
     Global { mode: &'static str },
+}
+
+/// The stored form of a chunked value from its chunk replies, or `Nil` if any is missing.
+fn reassemble(manifest: &[u8], parts: &[Value]) -> Value {
+    let mut chunks = Vec::with_capacity(parts.len());
+    for p in parts {
+        match bulk(p) {
+            Some(b) => chunks.push(b),
+            None => return Value::Nil,
+        }
+    }
+    chunk::reassemble(manifest, chunks.into_iter()).map_or(Value::Nil, Value::BulkString)
+}
+
+/// A listed tuple whose values and writes are being read (see [`RedisSaver::complete`]).
+struct Pending {
+    thread: String,
+    tref: Vec<u8>,
+    rec: Vec<u8>,
+    members: Vec<Value>,
+    slots: Vec<Slot>,
+    uniqs: usize,
+}
+
+/// How one channel's value is read by [`RedisSaver::complete`].
+enum Slot {
+    /// Its plain field, then its manifest field (in case it was chunked by an earlier put).
+    Plain,
+    /// The `count` chunks of `manifest`, which the record carries.
+    Chunks { manifest: Vec<u8>, count: usize },
 }
 
 struct ListState {
@@ -571,18 +602,11 @@ impl RedisSaver {
     }
 
     /// Completes `{tref, record, write members}` replies of `load_meta` into tuples: the
-    /// values and writes are read with plain `HMGET`s, all pipelined in one step. A tuple
+    /// values and writes are read with plain `HMGET`s, all pipelined in one step (a value the
+    /// record carries the manifest of is read as its chunks in that same step). A tuple
     /// whose values changed in between (it was deleted concurrently) is read again
     /// atomically, so a listed tuple is always complete.
     async fn complete(&self, metas: Vec<(String, Value)>) -> Result<Vec<CheckpointTuple>> {
-        struct Pending {
-            thread: String,
-            tref: Vec<u8>,
-            rec: Vec<u8>,
-            members: Vec<Value>,
-            fields: usize,
-            uniqs: usize,
-        }
         let mut pending = Vec::with_capacity(metas.len());
         let mut cmds = Vec::new();
         for (thread, meta) in metas {
@@ -594,15 +618,36 @@ impl RedisSaver {
                 .to_vec();
             let rec = bulk(&rec).ok_or_else(|| protocol("tuple record"))?.to_vec();
             let members = array(members)?;
+            let corrupt = || crate::error::corrupt("corrupt checkpoint record");
             let fields = crate::keys::netstr(&rec)
                 .and_then(|(cv, _)| crate::keys::unpack_list(cv))
-                .ok_or_else(|| crate::error::corrupt("corrupt checkpoint record"))?;
+                .ok_or_else(corrupt)?;
+            let mut inline: BTreeMap<Vec<u8>, Vec<u8>> = record_manifests(&rec)
+                .ok_or_else(corrupt)?
+                .into_iter()
+                .collect();
             let keys = self.inner.layout.thread_keys(&thread);
+            let mut slots = Vec::with_capacity(fields.len());
             if !fields.is_empty() {
                 let mut c = redis::cmd("HMGET");
                 c.arg(&keys[crate::keys::BL]);
                 for f in &fields {
-                    c.arg(&f[..]);
+                    match inline.remove(f) {
+                        Some(manifest) => {
+                            let chunks = chunk::manifest_chunks(&manifest).ok_or_else(corrupt)?;
+                            for cf in &chunks {
+                                c.arg(&cf[..]);
+                            }
+                            slots.push(Slot::Chunks {
+                                manifest,
+                                count: chunks.len(),
+                            });
+                        }
+                        None => {
+                            c.arg(&f[..]).arg(chunk::manifest_field(f));
+                            slots.push(Slot::Plain);
+                        }
+                    }
                 }
                 cmds.push(c);
             }
@@ -629,7 +674,7 @@ impl RedisSaver {
                 tref,
                 rec,
                 members,
-                fields: fields.len(),
+                slots,
                 uniqs,
             });
         }
@@ -640,18 +685,23 @@ impl RedisSaver {
             .pipeline_lanes(&cmds, lanes.min(MAX_LANES))
             .await?
             .into_iter();
-        let mut out = Vec::with_capacity(pending.len());
-        for p in pending {
-            let vals = if p.fields > 0 {
-                array(results.next().ok_or_else(|| protocol("missing values"))?)?
-            } else {
+        let mut fetched = Vec::with_capacity(pending.len());
+        for p in &pending {
+            let vals = if p.slots.is_empty() {
                 Vec::new()
+            } else {
+                array(results.next().ok_or_else(|| protocol("missing values"))?)?
             };
             let wvals = if p.uniqs > 0 {
                 array(results.next().ok_or_else(|| protocol("missing writes"))?)?
             } else {
                 Vec::new()
             };
+            fetched.push((vals, wvals));
+        }
+        let fetched = self.assemble(&pending, fetched).await?;
+        let mut out = Vec::with_capacity(pending.len());
+        for (p, (vals, wvals)) in pending.into_iter().zip(fetched) {
             let raced = vals.iter().any(|v| matches!(v, Value::Nil))
                 || wvals.iter().any(|v| matches!(v, Value::Nil));
             if raced {
@@ -673,6 +723,79 @@ impl RedisSaver {
                 Value::Array(wvals),
             ]);
             out.push(decode_tuple(&p.thread, full)?);
+        }
+        Ok(out)
+    }
+
+    /// Turns each tuple's fetched value slots (see [`Slot`]) into one stored value per
+    /// channel: the plain value, or a chunked value reassembled from its chunks. Chunks of a
+    /// value whose manifest the record did not carry (a channel unchanged by the put) are
+    /// read with one more pipelined step. A value that is missing, or whose chunks are,
+    /// becomes `Nil` (the caller reads that tuple again atomically).
+    async fn assemble(
+        &self,
+        pending: &[Pending],
+        fetched: Vec<(Vec<Value>, Vec<Value>)>,
+    ) -> Result<Vec<(Vec<Value>, Vec<Value>)>> {
+        let mut out = Vec::with_capacity(fetched.len());
+        // (tuple, channel, manifest, chunk count) of the values needing the extra step.
+        let mut late = Vec::new();
+        let mut cmds = Vec::new();
+        for (t, (p, (vals, wvals))) in pending.iter().zip(fetched).enumerate() {
+            let mut it = vals.into_iter();
+            let mut values = Vec::with_capacity(p.slots.len());
+            let mut late_cmd: Option<redis::Cmd> = None;
+            for (i, slot) in p.slots.iter().enumerate() {
+                match slot {
+                    Slot::Plain => {
+                        let (v, m) = (it.next(), it.next());
+                        let (Some(v), Some(m)) = (v, m) else {
+                            return Err(protocol("missing values"));
+                        };
+                        if !matches!(v, Value::Nil) {
+                            values.push(v);
+                            continue;
+                        }
+                        values.push(Value::Nil);
+                        if let Some(m) = bulk(&m) {
+                            let fields = chunk::manifest_chunks(m)
+                                .ok_or_else(|| crate::error::corrupt("corrupt value manifest"))?;
+                            let c = late_cmd.get_or_insert_with(|| {
+                                let mut c = redis::cmd("HMGET");
+                                c.arg(&self.inner.layout.thread_keys(&p.thread)[crate::keys::BL]);
+                                c
+                            });
+                            for f in &fields {
+                                c.arg(&f[..]);
+                            }
+                            late.push((t, i, m.to_vec(), fields.len()));
+                        }
+                    }
+                    Slot::Chunks { manifest, count } => {
+                        let parts: Vec<Value> = it.by_ref().take(*count).collect();
+                        values.push(reassemble(manifest, &parts));
+                    }
+                }
+            }
+            cmds.extend(late_cmd);
+            out.push((values, wvals));
+        }
+        if cmds.is_empty() {
+            return Ok(out);
+        }
+        let replies = self.inner.link.pipeline(&cmds, false).await?;
+        let mut replies = replies.into_iter();
+        let mut current: Option<(usize, std::vec::IntoIter<Value>)> = None;
+        for (t, i, manifest, count) in late {
+            if current.as_ref().is_none_or(|(ct, _)| *ct != t) {
+                let reply = replies.next().ok_or_else(|| protocol("missing chunks"))?;
+                current = Some((t, array(reply)?.into_iter()));
+            }
+            let Some((_, parts)) = current.as_mut() else {
+                return Err(protocol("missing chunks"));
+            };
+            let parts: Vec<Value> = parts.by_ref().take(count).collect();
+            out[t].0[i] = reassemble(&manifest, &parts);
         }
         Ok(out)
     }
@@ -739,12 +862,32 @@ impl Saver for RedisSaver {
         let parent = config.checkpoint_id.as_deref();
         let id = checkpoint.id.clone();
         let values = std::mem::take(&mut checkpoint.channel_values);
+        // (field, value) pairs written with HSETNX, and the chunks of list values (see the
+        // `chunk` module), which are content-addressed and written with one HSET.
         let mut blobs = Vec::with_capacity(new_versions.len() * 2);
+        let mut chunks = Vec::new();
+        let mut manifests = Vec::new();
         for (channel, version) in &new_versions {
-            blobs.push(blob_field(ns, channel, version));
-            blobs.push(encode_blob(values.get(channel)));
+            let field = blob_field(ns, channel, version);
+            let value = values.get(channel);
+            match value.and_then(chunk::split) {
+                Some(split) => {
+                    blobs.push(chunk::manifest_field(&field));
+                    manifests.push(field);
+                    manifests.push(split.manifest.clone());
+                    blobs.push(split.manifest);
+                    for (f, c) in split.chunks {
+                        chunks.push(f);
+                        chunks.push(c);
+                    }
+                }
+                None => {
+                    blobs.push(field);
+                    blobs.push(encode_blob(value));
+                }
+            }
         }
-        let record = encode_record(ns, checkpoint, metadata, parent)?;
+        let record = encode_record(ns, checkpoint, metadata, parent, &manifests)?;
         let cas = options.mode == PutMode::CompareAndSet;
         let cluster = self.inner.link.is_cluster();
         let g = gref(&id, thread_id, ns);
@@ -780,6 +923,7 @@ impl Saver for RedisSaver {
         args.extend(gmi);
         let reply = if cluster {
             args.push(s("V"));
+            args.extend(chunks);
             args.extend(blobs);
             self.eval_thread(&SCRIPTS.put, thread_id, args, true)
                 .await?
@@ -789,7 +933,23 @@ impl Saver for RedisSaver {
             // into a Lua string costs more than the whole rest of the script).
             let keys = self.thread_keys(thread_id, true);
             args.push(s("F"));
-            let mut prelude = Vec::with_capacity(blobs.len() / 2);
+            let mut prelude = Vec::with_capacity(blobs.len() / 2 + 1);
+            if !chunks.is_empty() {
+                // Chunks first: a manifest never names a chunk that is not there yet. Only a
+                // put the script may refuse (compare-and-set, fence) passes their fields
+                // for the sweep; an unconditional put is never refused.
+                let refusable = cas || options.fence.is_some();
+                let mut c = redis::cmd("HSET");
+                c.arg(&keys[crate::keys::BL]);
+                let mut pairs = chunks.into_iter();
+                while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
+                    c.arg(&field[..]).arg(value);
+                    if refusable {
+                        args.push(field);
+                    }
+                }
+                prelude.push(c);
+            }
             let mut pairs = blobs.into_iter();
             while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
                 let mut c = redis::cmd("HSETNX");

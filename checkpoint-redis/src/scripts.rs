@@ -53,6 +53,8 @@ local DATA = {}
 const BASE: &str = r#"
 local HI = '\255'
 local BYID, BYNS = '\1', '\2'
+-- Field prefixes of chunks and manifests in BL (see the `chunk` module).
+local CHUNK, MANIFEST = '\1\3', '\1\4'
 local ESC = {['\0'] = '\1\1', ['\1'] = '\1\2'}
 local function esc(s) return (string.gsub(s, '[%z\1]', ESC)) .. '\0' end
 local function comp_end(s, from) return string.find(s, '\0', from, true) end
@@ -225,12 +227,61 @@ local function write_uniqs(tref, members)
   return uniqs
 end
 
+-- The stored form of a chunked value (see the `chunk` module): its manifest's header and
+-- chunks joined, or false when a chunk is missing.
+local function assemble(m)
+  local tag, i = netstr(m, 2)
+  local hdr
+  hdr, i = netstr(m, i)
+  local ids = {}
+  for k = i, #m, 16 do ids[#ids + 1] = CHUNK .. string.sub(m, k, k + 15) end
+  local parts = {}
+  if #ids > 0 then parts = chunked('HMGET', BL, ids) end
+  for _, p in ipairs(parts) do
+    if not p then return false end
+  end
+  return 'V' .. #tag .. ':' .. tag .. hdr .. table.concat(parts)
+end
+
+-- The (field, manifest, ...) list a record carries for the values its put chunked.
+local function record_manifests(rec)
+  local _, i = netstr(rec, 1)
+  _, i = netstr(rec, i)
+  _, i = netstr(rec, i)
+  return list_of((netstr(rec, i)))
+end
+
+-- Marks (sets to nil) the chunks in `set` that manifest `m` names; returns how many.
+local function unmark(set, m)
+  local _, j = netstr(m, 2)
+  _, j = netstr(m, j)
+  local n = 0
+  for k = j, #m, 16 do
+    local c = CHUNK .. string.sub(m, k, k + 15)
+    if set[c] then set[c] = nil; n = n + 1 end
+  end
+  return n
+end
+
 local function load_tuple(tref)
   local rec = redis.call('HGET', CP, tref)
   if not rec then return nil end
   local cv = record_parts(rec)
   local vals = {}
   if #cv > 0 then vals = chunked('HMGET', BL, cv) end
+  local inline = {}
+  local ms = record_manifests(rec)
+  for i = 1, #ms, 2 do inline[ms[i]] = ms[i + 1] end
+  for i, f in ipairs(cv) do
+    if not vals[i] then
+      -- The record's own manifest first (what its put wrote), then the stored one.
+      if inline[f] then vals[i] = assemble(inline[f]) end
+      if not vals[i] then
+        local m = redis.call('HGET', BL, MANIFEST .. f)
+        if m then vals[i] = assemble(m) end
+      end
+    end
+  end
   local ws = redis.call('ZRANGEBYLEX', WI, '[' .. tref, '(' .. tref .. HI)
   local wv = {}
   if #ws > 0 then wv = chunked('HMGET', WV, write_uniqs(tref, ws)) end
@@ -254,10 +305,18 @@ const SWEEP_FNS: &str = r#"
 -- names any more. Values carry no reference counts, so a put never pays for bookkeeping;
 -- the ones that lose a checkpoint (prune, delete_for_runs, a re-put that changes a
 -- checkpoint) are checked here against every remaining record, read in HSCAN pages.
+-- Candidates may also be manifest or chunk fields (a refused put's own writes); a chunk is
+-- deleted when no remaining manifest names it.
 local function sweep(candidates)
-  local want, n = {}, 0
+  local want, n, chunks, nc = {}, 0, {}, 0
   for _, f in ipairs(candidates) do
-    if not want[f] then want[f] = true; n = n + 1 end
+    local pre = string.sub(f, 1, 2)
+    if pre == CHUNK then
+      if not chunks[f] then chunks[f] = true; nc = nc + 1 end
+    else
+      if pre == MANIFEST then f = string.sub(f, 3) end
+      if not want[f] then want[f] = true; n = n + 1 end
+    end
   end
   local cursor = '0'
   while n > 0 do
@@ -271,10 +330,49 @@ local function sweep(candidates)
     end
     if cursor == '0' then break end
   end
-  if n == 0 then return end
-  local dead = {}
-  for f in pairs(want) do dead[#dead + 1] = f end
-  chunked('HDEL', BL, dead)
+  local dead, mdead = {}, {}
+  for f in pairs(want) do
+    dead[#dead + 1] = f
+    mdead[#mdead + 1] = MANIFEST .. f
+  end
+  if #dead > 0 then
+    for _, m in ipairs(chunked('HMGET', BL, mdead)) do
+      if m then
+        local _, i = netstr(m, 2)
+        _, i = netstr(m, i)
+        for k = i, #m, 16 do
+          local c = CHUNK .. string.sub(m, k, k + 15)
+          if not chunks[c] then chunks[c] = true; nc = nc + 1 end
+        end
+      end
+    end
+    chunked('HDEL', BL, dead)
+    chunked('HDEL', BL, mdead)
+  end
+  if nc == 0 then return end
+  -- A chunk lives while a stored manifest or a record's own manifest names it.
+  cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', BL, cursor, 'MATCH', MANIFEST .. '*', 'COUNT', 1000)
+    cursor = page[1]
+    local kv = page[2]
+    for i = 2, #kv, 2 do nc = nc - unmark(chunks, kv[i]) end
+  until cursor == '0' or nc == 0
+  if nc == 0 then return end
+  cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', CP, cursor, 'COUNT', 500)
+    cursor = page[1]
+    local kv = page[2]
+    for i = 2, #kv, 2 do
+      local ms = record_manifests(kv[i])
+      for j = 2, #ms, 2 do nc = nc - unmark(chunks, ms[j]) end
+    end
+  until cursor == '0' or nc == 0
+  if nc == 0 then return end
+  local gone = {}
+  for c in pairs(chunks) do gone[#gone + 1] = c end
+  chunked('HDEL', BL, gone)
 end
 
 "#;
@@ -384,7 +482,8 @@ end
 /// index `ZADD` of a new checkpoint (0 on a Cluster), then either `V` and blob (field,
 /// value) pairs, or `F` and the fields of values the caller already wrote with `HSETNX` in
 /// the same `MULTI`/`EXEC` (large values then never pass through Lua: on a refused put
-/// those fields are swept again). The index members are built by the client: building
+/// those fields are swept again; the chunks of chunked values, written by the same
+/// `MULTI`/`EXEC`, go with their manifests). The index members are built by the client: building
 /// them from the tokens in Lua cost more than half of the script's time.
 const PUT: &str = r#"
 local nsp, idp, par = ARGV[5], ARGV[6], ARGV[7]

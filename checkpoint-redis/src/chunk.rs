@@ -1,0 +1,327 @@
+//! Content-addressed storage of list-valued channels.
+//!
+//! A channel like LangGraph's `messages` grows by a few elements per step; storing each
+//! version whole re-stores the whole conversation every step (≈ 5.5 of the 12 MB the
+//! standard workload writes). A MessagePack array large enough to matter is therefore stored
+//! as a **manifest** (its array header and the ids of its element chunks) plus the **chunks**
+//! (runs of whole elements), each under a content id in the thread's value hash. A version
+//! that appends elements re-stores only the chunk holding the new tail; the earlier chunks are
+//! shared by every version (and by copies of the thread).
+//!
+//! Layout inside the thread's value hash `BL` (fields that [`esc`](crate::keys::esc) output
+//! can never start with `\1\3` or `\1\4`, so neither collides with a plain value's field):
+//!
+//! * plain value: field `blob_field`, value `V netstr(tag) bytes` (or `X`);
+//! * chunked value: field `\1\4 blob_field`, value `C netstr(tag) netstr(header) id…`, the
+//!   ids 16 bytes each; no plain field;
+//! * chunk: field `\1\3 id`, value the chunk's bytes; `id` is the first 16 bytes of the
+//!   chunk's BLAKE3 hash, so equal chunks are stored once and a chunk cannot be forged.
+//!
+//! Whether a value is chunked depends only on its bytes, so the same version is always
+//! stored the same way. Reassembly is exact: `header ++ chunk…` is the original value.
+
+use checkpoint_core::{TypedValue, ValueType};
+
+use crate::keys::netstr_into;
+
+/// Values smaller than this are stored whole (a manifest would save nothing).
+pub(crate) const MIN_CHUNKED_BYTES: usize = 1024;
+/// A chunk closes at the first element boundary at or past this many bytes, so small
+/// elements are grouped and large ones stand alone.
+pub(crate) const CHUNK_TARGET_BYTES: usize = 512;
+/// Length of a chunk id.
+pub(crate) const ID_LEN: usize = 16;
+/// Field prefix of chunks.
+pub(crate) const CHUNK_PREFIX: &[u8] = b"\x01\x03";
+/// Field prefix of manifests (followed by the value's plain field).
+pub(crate) const MANIFEST_PREFIX: &[u8] = b"\x01\x04";
+
+/// A value split for storage: its manifest and its chunks as `(field, bytes)` pairs.
+pub(crate) struct Split {
+    pub(crate) manifest: Vec<u8>,
+    pub(crate) chunks: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The manifest field of a value stored under `field`.
+pub(crate) fn manifest_field(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MANIFEST_PREFIX.len() + field.len());
+    out.extend_from_slice(MANIFEST_PREFIX);
+    out.extend_from_slice(field);
+    out
+}
+
+/// The field of the chunk with id `id`.
+pub(crate) fn chunk_field(id: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(CHUNK_PREFIX.len() + id.len());
+    out.extend_from_slice(CHUNK_PREFIX);
+    out.extend_from_slice(id);
+    out
+}
+
+/// Splits `value` when it is a MessagePack array of at least two elements and
+/// [`MIN_CHUNKED_BYTES`]; `None` means store it whole.
+pub(crate) fn split(value: &TypedValue) -> Option<Split> {
+    if value.type_tag != ValueType::Msgpack || value.bytes.len() < MIN_CHUNKED_BYTES {
+        return None;
+    }
+    let bytes = &value.bytes[..];
+    let (header, ends) = element_ends(bytes)?;
+    if ends.len() < 2 {
+        return None;
+    }
+    let mut manifest = b"C".to_vec();
+    netstr_into(&mut manifest, value.type_tag.as_str().as_bytes());
+    netstr_into(&mut manifest, &bytes[..header]);
+    let mut chunks = Vec::new();
+    let mut start = header;
+    for (i, &end) in ends.iter().enumerate() {
+        if end - start < CHUNK_TARGET_BYTES && i + 1 < ends.len() {
+            continue;
+        }
+        let chunk = &bytes[start..end];
+        let hash = blake3::hash(chunk);
+        let id = &hash.as_bytes()[..ID_LEN];
+        manifest.extend_from_slice(id);
+        chunks.push((chunk_field(id), chunk.to_vec()));
+        start = end;
+    }
+    Some(Split { manifest, chunks })
+}
+
+/// The chunk fields a manifest names, in order; `None` if it is not a well-formed manifest.
+pub(crate) fn manifest_chunks(manifest: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let ids = manifest_parts(manifest)?.2;
+    Some(ids.chunks(ID_LEN).map(chunk_field).collect())
+}
+
+/// `(tag, header, ids)` of a manifest.
+fn manifest_parts(manifest: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let rest = manifest.strip_prefix(b"C")?;
+    let (tag, rest) = crate::keys::netstr(rest)?;
+    let (header, ids) = crate::keys::netstr(rest)?;
+    (ids.len() % ID_LEN == 0).then_some((tag, header, ids))
+}
+
+/// The stored form (`V netstr(tag) bytes`) of the value a manifest describes, from its
+/// chunks in manifest order; `None` if the manifest is malformed or the chunk count differs.
+pub(crate) fn reassemble<'a>(
+    manifest: &[u8],
+    chunks: impl ExactSizeIterator<Item = &'a [u8]>,
+) -> Option<Vec<u8>> {
+    let (tag, header, ids) = manifest_parts(manifest)?;
+    if chunks.len() != ids.len() / ID_LEN {
+        return None;
+    }
+    let mut out = b"V".to_vec();
+    netstr_into(&mut out, tag);
+    out.extend_from_slice(header);
+    for c in chunks {
+        out.extend_from_slice(c);
+    }
+    Some(out)
+}
+
+/// For a MessagePack array filling `bytes` exactly: the header length and the end offset of
+/// each element. `None` for anything else (another type, truncated or trailing bytes).
+fn element_ends(bytes: &[u8]) -> Option<(usize, Vec<usize>)> {
+    let (count, header) = match *bytes.first()? {
+        m @ 0x90..=0x9f => (usize::from(m & 0x0f), 1),
+        0xdc => (usize::from(u16::from_be_bytes(get(bytes, 1)?)), 3),
+        0xdd => (usize::try_from(u32::from_be_bytes(get(bytes, 1)?)).ok()?, 5),
+        _ => return None,
+    };
+    // Every element takes at least one byte: a count beyond the input is malformed, and this
+    // bounds the allocation by the input's size.
+    if count > bytes.len() {
+        return None;
+    }
+    let mut ends = Vec::with_capacity(count);
+    let mut pos = header;
+    for _ in 0..count {
+        pos = skip_value(bytes, pos)?;
+        ends.push(pos);
+    }
+    (pos == bytes.len()).then_some((header, ends))
+}
+
+/// The offset just past the MessagePack value starting at `pos`, without recursion (nested
+/// containers only add to the count of values still to skip).
+fn skip_value(bytes: &[u8], mut pos: usize) -> Option<usize> {
+    let mut pending: usize = 1;
+    while pending > 0 {
+        pending -= 1;
+        let m = *bytes.get(pos)?;
+        pos += 1;
+        let (len, items): (usize, usize) = match m {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (0, 2 * usize::from(m & 0x0f)),
+            0x90..=0x9f => (0, usize::from(m & 0x0f)),
+            0xa0..=0xbf => (usize::from(m & 0x1f), 0),
+            0xc4 | 0xd9 => (usize::from(*bytes.get(pos)?) + 1, 0),
+            0xc5 | 0xda => (usize::from(u16::from_be_bytes(get(bytes, pos)?)) + 2, 0),
+            0xc6 | 0xdb => (len32(bytes, pos)?.checked_add(4)?, 0),
+            0xc7 => (usize::from(*bytes.get(pos)?) + 2, 0),
+            0xc8 => (usize::from(u16::from_be_bytes(get(bytes, pos)?)) + 3, 0),
+            0xc9 => (len32(bytes, pos)?.checked_add(5)?, 0),
+            0xca => (4, 0),
+            0xcb => (8, 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xce | 0xd2 => (4, 0),
+            0xcf | 0xd3 => (8, 0),
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xdc => (2, usize::from(u16::from_be_bytes(get(bytes, pos)?))),
+            0xdd => (4, len32(bytes, pos)?),
+            0xde => (2, 2 * usize::from(u16::from_be_bytes(get(bytes, pos)?))),
+            0xdf => (4, len32(bytes, pos)?.checked_mul(2)?),
+            0xc1 => return None,
+        };
+        pos = pos.checked_add(len)?;
+        if pos > bytes.len() {
+            return None;
+        }
+        pending = pending.checked_add(items)?;
+        // Each pending value needs at least one more byte.
+        if pending > bytes.len() - pos {
+            return None;
+        }
+    }
+    Some(pos)
+}
+
+fn get<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+fn len32(bytes: &[u8], at: usize) -> Option<usize> {
+    usize::try_from(u32::from_be_bytes(get(bytes, at)?)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn roundtrip(value: &TypedValue) -> Vec<u8> {
+        let s = split(value).expect("chunked");
+        let by_field: std::collections::HashMap<_, _> = s.chunks.iter().cloned().collect();
+        let fields = manifest_chunks(&s.manifest).unwrap();
+        let parts: Vec<&[u8]> = fields.iter().map(|f| &by_field[f][..]).collect();
+        reassemble(&s.manifest, parts.into_iter()).unwrap()
+    }
+
+    fn stored(value: &TypedValue) -> Vec<u8> {
+        let mut out = b"V".to_vec();
+        netstr_into(&mut out, value.type_tag.as_str().as_bytes());
+        out.extend_from_slice(&value.bytes);
+        out
+    }
+
+    #[test]
+    fn a_growing_list_shares_its_earlier_chunks() {
+        let msg = |k: usize| serde_json::json!({"id": format!("m{k}"), "content": "x".repeat(600)});
+        let v1 = TypedValue::msgpack(&(0..3).map(msg).collect::<Vec<_>>()).unwrap();
+        let v2 = TypedValue::msgpack(&(0..4).map(msg).collect::<Vec<_>>()).unwrap();
+        let (s1, s2) = (split(&v1).unwrap(), split(&v2).unwrap());
+        assert_eq!(s1.chunks.len(), 3);
+        assert_eq!(s2.chunks.len(), 4);
+        assert_eq!(s1.chunks[..], s2.chunks[..3]);
+        assert_eq!(roundtrip(&v1), stored(&v1));
+        assert_eq!(roundtrip(&v2), stored(&v2));
+    }
+
+    #[test]
+    fn small_elements_are_grouped() {
+        let v = TypedValue::msgpack(&(0..2000u32).collect::<Vec<_>>()).unwrap();
+        let s = split(&v).unwrap();
+        assert!(s.chunks.len() < 20, "{} chunks", s.chunks.len());
+        assert!(s.chunks.iter().all(|(_, c)| !c.is_empty()));
+        assert_eq!(roundtrip(&v), stored(&v));
+    }
+
+    #[test]
+    fn only_large_msgpack_arrays_are_split() {
+        let long = "y".repeat(4000);
+        assert!(split(&TypedValue::msgpack(&long).unwrap()).is_none());
+        assert!(split(&TypedValue::msgpack(&vec![long.clone()]).unwrap()).is_none());
+        assert!(split(&TypedValue::msgpack(&vec!["a", "b"]).unwrap()).is_none());
+        let json = TypedValue::json(&vec![long.clone(), long.clone()]).unwrap();
+        assert!(split(&json).is_none());
+        let two = TypedValue::msgpack(&vec![long.clone(), long]).unwrap();
+        assert!(split(&two).is_some());
+    }
+
+    #[test]
+    fn malformed_arrays_are_stored_whole() {
+        let good = TypedValue::msgpack(&vec!["z".repeat(800), "w".repeat(800)]).unwrap();
+        let mut trailing = good.bytes.to_vec();
+        trailing.push(0xc0);
+        let mut truncated = good.bytes.to_vec();
+        truncated.truncate(truncated.len() - 1);
+        let mut huge_count = good.bytes.to_vec();
+        huge_count[0] = 0xdd;
+        huge_count.splice(1..1, [0xff, 0xff, 0xff]);
+        for bytes in [trailing, truncated, huge_count] {
+            assert!(split(&TypedValue::new(ValueType::Msgpack, bytes)).is_none());
+        }
+    }
+
+    #[test]
+    fn a_manifest_with_the_wrong_chunk_count_is_rejected() {
+        let v = TypedValue::msgpack(&vec!["z".repeat(800), "w".repeat(800)]).unwrap();
+        let s = split(&v).unwrap();
+        let one = [&s.chunks[0].1[..]];
+        assert!(reassemble(&s.manifest, one.into_iter()).is_none());
+        assert!(reassemble(b"C3:abc", std::iter::empty()).is_none());
+    }
+
+    fn arb_msgpack() -> impl Strategy<Value = rmpv::Value> {
+        let leaf = prop_oneof![
+            Just(rmpv::Value::Nil),
+            any::<bool>().prop_map(rmpv::Value::from),
+            any::<i64>().prop_map(rmpv::Value::from),
+            any::<u64>().prop_map(rmpv::Value::from),
+            any::<f32>().prop_map(rmpv::Value::from),
+            any::<f64>().prop_map(rmpv::Value::from),
+            ".{0,300}".prop_map(rmpv::Value::from),
+            proptest::collection::vec(any::<u8>(), 0..300).prop_map(rmpv::Value::from),
+            (any::<i8>(), proptest::collection::vec(any::<u8>(), 0..20))
+                .prop_map(|(t, d)| rmpv::Value::Ext(t, d)),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(rmpv::Value::Array),
+                proptest::collection::vec((inner.clone(), inner), 0..6).prop_map(rmpv::Value::Map),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn split_then_reassemble_is_exact(items in proptest::collection::vec(arb_msgpack(), 0..40)) {
+            let mut bytes = Vec::new();
+            rmpv::encode::write_value(&mut bytes, &rmpv::Value::Array(items)).unwrap();
+            let v = TypedValue::new(ValueType::Msgpack, bytes);
+            if split(&v).is_some() {
+                prop_assert_eq!(roundtrip(&v), stored(&v));
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            marker in 0x92u8..=0x9f,
+            tail in proptest::collection::vec(any::<u8>(), 0..3000),
+        ) {
+            let mut bytes = vec![marker];
+            bytes.extend(tail);
+            let v = TypedValue::new(ValueType::Msgpack, bytes);
+            if split(&v).is_some() {
+                prop_assert_eq!(roundtrip(&v), stored(&v));
+            }
+        }
+    }
+}
