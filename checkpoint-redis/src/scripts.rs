@@ -192,7 +192,7 @@ local function g_add(gref, tokens) g_put(gref, tokens, true) end
 
 "#;
 
-/// Thread helpers: TTL, fences, heads, tuple loading.
+/// Thread helpers: TTL, fences, heads, tuple summaries.
 const THREAD_FNS: &str = r#"
 -- Thread TTL: the per-thread override (0 = pinned) or the saver's default.
 local function touch(default)
@@ -227,20 +227,26 @@ local function write_uniqs(tref, members)
   return uniqs
 end
 
--- The stored form of a chunked value (see the `chunk` module): its manifest's header and
--- chunks joined, or false when a chunk is missing.
-local function assemble(m)
-  local tag, i = netstr(m, 2)
-  local hdr
-  hdr, i = netstr(m, i)
+-- The small part of a tuple: large values are fetched by the client with plain HMGETs
+-- (moving large strings through Lua costs far more than a second pipelined step).
+local function load_meta(tref)
+  local rec = redis.call('HGET', CP, tref)
+  if not rec then return nil end
+  local ws = redis.call('ZRANGEBYLEX', WI, '[' .. tref, '(' .. tref .. HI)
+  return {tref, rec, ws}
+end
+
+"#;
+
+/// Chunked values (see the `chunk` module): reading manifests, in records and in `BL`.
+const CHUNK_FNS: &str = r#"
+-- The chunk fields a manifest (`C netstr(tag) netstr(header) id...`) names, in order.
+local function manifest_ids(m)
+  local _, i = netstr(m, 2)
+  _, i = netstr(m, i)
   local ids = {}
   for k = i, #m, 16 do ids[#ids + 1] = CHUNK .. string.sub(m, k, k + 15) end
-  local parts = {}
-  if #ids > 0 then parts = chunked('HMGET', BL, ids) end
-  for _, p in ipairs(parts) do
-    if not p then return false end
-  end
-  return 'V' .. #tag .. ':' .. tag .. hdr .. table.concat(parts)
+  return ids
 end
 
 -- The (field, manifest, ...) list a record carries for the values its put chunked.
@@ -251,16 +257,22 @@ local function record_manifests(rec)
   return list_of((netstr(rec, i)))
 end
 
--- Marks (sets to nil) the chunks in `set` that manifest `m` names; returns how many.
-local function unmark(set, m)
-  local _, j = netstr(m, 2)
-  _, j = netstr(m, j)
-  local n = 0
-  for k = j, #m, 16 do
-    local c = CHUNK .. string.sub(m, k, k + 15)
-    if set[c] then set[c] = nil; n = n + 1 end
+"#;
+
+/// Loading a whole tuple, chunked values reassembled (needs the thread and chunk helpers).
+const LOAD_FNS: &str = r#"
+-- The stored form of a chunked value: its manifest's header and chunks joined, or false
+-- when a chunk is missing.
+local function assemble(m)
+  local tag, i = netstr(m, 2)
+  local hdr = netstr(m, i)
+  local ids = manifest_ids(m)
+  local parts = {}
+  if #ids > 0 then parts = chunked('HMGET', BL, ids) end
+  for _, p in ipairs(parts) do
+    if not p then return false end
   end
-  return n
+  return 'V' .. #tag .. ':' .. tag .. hdr .. table.concat(parts)
 end
 
 local function load_tuple(tref)
@@ -287,19 +299,9 @@ local function load_tuple(tref)
   if #ws > 0 then wv = chunked('HMGET', WV, write_uniqs(tref, ws)) end
   return {tref, rec, vals, ws, wv}
 end
-
--- The small part of a tuple: large values are fetched by the client with plain HMGETs
--- (moving large strings through Lua costs far more than a second pipelined step).
-local function load_meta(tref)
-  local rec = redis.call('HGET', CP, tref)
-  if not rec then return nil end
-  local ws = redis.call('ZRANGEBYLEX', WI, '[' .. tref, '(' .. tref .. HI)
-  return {tref, rec, ws}
-end
-
 "#;
 
-/// Mark-and-sweep of values (needs the base helpers).
+/// Mark-and-sweep of values (needs the base, thread and chunk helpers).
 const SWEEP_FNS: &str = r#"
 -- Deletes the values among `candidates` (fields of `BL`) that no checkpoint of the thread
 -- names any more. Values carry no reference counts, so a put never pays for bookkeeping;
@@ -307,6 +309,15 @@ const SWEEP_FNS: &str = r#"
 -- checkpoint) are checked here against every remaining record, read in HSCAN pages.
 -- Candidates may also be manifest or chunk fields (a refused put's own writes); a chunk is
 -- deleted when no remaining manifest names it.
+-- Marks (sets to nil) the chunks in `set` that manifest `m` names; returns how many.
+local function unmark(set, m)
+  local n = 0
+  for _, c in ipairs(manifest_ids(m)) do
+    if set[c] then set[c] = nil; n = n + 1 end
+  end
+  return n
+end
+
 local function sweep(candidates)
   local want, n, chunks, nc = {}, 0, {}, 0
   for _, f in ipairs(candidates) do
@@ -338,10 +349,7 @@ local function sweep(candidates)
   if #dead > 0 then
     for _, m in ipairs(chunked('HMGET', BL, mdead)) do
       if m then
-        local _, i = netstr(m, 2)
-        _, i = netstr(m, i)
-        for k = i, #m, 16 do
-          local c = CHUNK .. string.sub(m, k, k + 15)
+        for _, c in ipairs(manifest_ids(m)) do
           if not chunks[c] then chunks[c] = true; nc = nc + 1 end
         end
       end
@@ -897,8 +905,8 @@ pub(crate) struct Scripts {
 }
 
 /// Every helper, for the maintenance scripts.
-const ALL_FNS: [&str; 6] = [
-    BASE, GLOBAL_FNS, THREAD_FNS, SWEEP_FNS, DELETE_FNS, SCAN_FNS,
+const ALL_FNS: [&str; 8] = [
+    BASE, GLOBAL_FNS, THREAD_FNS, CHUNK_FNS, LOAD_FNS, SWEEP_FNS, DELETE_FNS, SCAN_FNS,
 ];
 
 fn script(header: &str, helpers: &[&str], body: &str) -> Lua {
@@ -916,11 +924,11 @@ fn global(body: &str) -> Lua {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     put: script(
         THREAD_HEADER,
-        &[BASE, GLOBAL_FNS, THREAD_FNS, SWEEP_FNS],
+        &[BASE, GLOBAL_FNS, THREAD_FNS, CHUNK_FNS, SWEEP_FNS],
         PUT,
     ),
     put_writes: script(THREAD_HEADER, &[BASE, THREAD_FNS], PUT_WRITES),
-    get: script(THREAD_HEADER, &[BASE, THREAD_FNS], GET),
+    get: script(THREAD_HEADER, &[BASE, THREAD_FNS, CHUNK_FNS, LOAD_FNS], GET),
     list: script(THREAD_HEADER, &[BASE, THREAD_FNS, SCAN_FNS], LIST),
     gscan: script(GLOBAL_HEADER, &[BASE, SCAN_FNS], GSCAN),
     gindex: script(GLOBAL_HEADER, &[BASE, GLOBAL_FNS], GINDEX),
