@@ -152,3 +152,25 @@ fn threads_spread_over_primaries_and_each_thread_stays_in_one_slot() {
         saver.purge().await.unwrap();
     });
 }
+
+/// The chunked layout of list values on a Cluster, where a put's values and chunks go
+/// through the thread script instead of a `MULTI` of plain commands: the same exact reads,
+/// field counts and sweeps as on a single server.
+#[test]
+fn list_values_are_stored_once_per_element_and_read_back_exactly() {
+    if let Err(reason) = redis_binaries() {
+        assert!(!conformance_tests::servers_required(), "{reason}");
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let nodes = CLUSTER
+        .get_or_init(start_cluster)
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::chunked_list_values(
+            RedisSaverBuilder::cluster(nodes.clone()),
+            nodes,
+        ));
+}

@@ -209,3 +209,144 @@ pub fn watchdog(pids: &[u32], dir: &Path, max: Duration) {
         .stderr(Stdio::null())
         .spawn();
 }
+
+/// `(plain values, manifests, chunks)` stored for `thread` under `prefix`, told apart by
+/// the field prefixes the chunked layout uses. `nodes` is one server URL, or the seed
+/// nodes of a Cluster (`cluster`), whose client routes the read to the thread's node.
+pub async fn value_layout(
+    nodes: &[String],
+    cluster: bool,
+    prefix: &str,
+    thread: &str,
+) -> (usize, usize, usize) {
+    let mut hkeys = redis::cmd("HKEYS");
+    hkeys.arg(format!("{prefix}:{{{thread}}}:bl"));
+    let fields: Vec<Vec<u8>> = if cluster {
+        let client = redis::cluster::ClusterClient::new(nodes.to_vec()).unwrap();
+        let mut conn = client.get_async_connection().await.unwrap();
+        hkeys.query_async(&mut conn).await.unwrap()
+    } else {
+        let client = redis::Client::open(nodes[0].as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        hkeys.query_async(&mut conn).await.unwrap()
+    };
+    let count = |p: &[u8]| fields.iter().filter(|f| f.starts_with(p)).count();
+    let (manifests, chunks) = (count(b"\x01\x04"), count(b"\x01\x03"));
+    (fields.len() - manifests - chunks, manifests, chunks)
+}
+
+/// A list of `n` messages of ~600 bytes each (large enough to be chunked from 2 on).
+pub fn messages(n: usize) -> checkpoint_core::TypedValue {
+    conformance_tests::fixtures::val(serde_json::json!(
+        (0..n)
+            .map(|k| serde_json::json!({"id": format!("msg-{k}"), "content": format!("{k}-{}", "m".repeat(600))}))
+            .collect::<Vec<_>>()
+    ))
+}
+
+/// A growing list is stored as content-addressed chunks shared by every version: each
+/// element once, not once per checkpoint. Every read path (get_tuple, thread and global
+/// lists, a channel the last put left unchanged, copies) returns the exact value, and
+/// refused puts, deletions and pruning leave no chunk behind that nothing names. Runs
+/// against the server(s) `builder` connects to (`nodes` are their URLs, for inspection).
+pub async fn chunked_list_values(builder: RedisSaverBuilder, nodes: Vec<String>) {
+    use checkpoint_core::{
+        Checkpoint, CheckpointConfig, CheckpointMetadata, Error, ListOptions, PruneStrategy,
+        PutOptions, SaverExt,
+    };
+    use conformance_tests::fixtures::{step, val};
+
+    let prefix = unique_prefix("chunks");
+    let saver = builder.key_prefix(prefix.clone()).build().await.unwrap();
+    let cluster = saver.is_cluster();
+    let layout = || value_layout(&nodes, cluster, &prefix, "t");
+    let run = |r: &str| CheckpointMetadata::new().with("run_id", r);
+    let mut prev: Option<Checkpoint> = None;
+    let mut config = CheckpointConfig::new("t");
+    let mut configs = Vec::new();
+    for n in 1..=6 {
+        let (c, v) = step(prev.as_ref(), &[("messages", Some(messages(n)))]);
+        config = saver
+            .put(&config, c.clone(), run("grow"), v, PutOptions::new())
+            .await
+            .unwrap();
+        configs.push((config.clone(), n));
+        prev = Some(c);
+    }
+    // One element (below the size and count floors) is stored whole; every later
+    // version is a manifest over one chunk per ~600-byte message.
+    assert_eq!(layout().await, (1, 5, 6));
+    // A last step that leaves `messages` unchanged: its record carries no manifest.
+    let (last, v) = step(
+        prev.as_ref(),
+        &[("other", Some(val(serde_json::json!("o"))))],
+    );
+    config = saver
+        .put(&config, last, run("other"), v, PutOptions::new())
+        .await
+        .unwrap();
+    configs.push((config.clone(), 6));
+    for (cfg, n) in &configs {
+        let t = saver.get_tuple(cfg).await.unwrap().unwrap();
+        assert_eq!(t.checkpoint.channel_values["messages"], messages(*n));
+    }
+    let listed = saver.list_all(ListOptions::thread("t")).await.unwrap();
+    assert_eq!(listed.len(), configs.len());
+    for (t, (_, n)) in listed.iter().zip(configs.iter().rev()) {
+        assert_eq!(t.checkpoint.channel_values["messages"], messages(*n));
+    }
+    let global = saver
+        .list_all(ListOptions::new().filter("run_id", "other"))
+        .await
+        .unwrap();
+    assert_eq!(global.len(), 1);
+    assert_eq!(global[0].checkpoint.channel_values["messages"], messages(6));
+
+    // A compare-and-set put that loses leaves its new chunk and manifest behind nowhere.
+    let (stale, v) = step(
+        Some(&saver.get(&configs[0].0).await.unwrap().unwrap()),
+        &[("messages", Some(messages(9)))],
+    );
+    let refused = saver
+        .put(
+            &configs[0].0,
+            stale,
+            run("stale"),
+            v,
+            PutOptions::compare_and_set(),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Conflict { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(layout().await, (2, 5, 6), "only `other` was added");
+
+    saver.copy_thread("t", "copy").await.unwrap();
+    let copied = saver
+        .get_tuple(&CheckpointConfig::new("copy"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(copied.checkpoint.channel_values["messages"], messages(6));
+
+    // Keeping the latest checkpoint keeps the chunks its (unchanged) value names.
+    saver
+        .prune(&["t".to_owned()], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(
+        layout().await,
+        (1, 1, 6),
+        "`other`, one manifest, its chunks"
+    );
+    let t = saver
+        .get_tuple(&CheckpointConfig::new("t"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.checkpoint.channel_values["messages"], messages(6));
+    saver.delete_for_runs(&["other".to_owned()]).await.unwrap();
+    assert_eq!(layout().await, (0, 0, 0), "nothing names a chunk any more");
+    saver.purge().await.unwrap();
+}
