@@ -63,7 +63,6 @@ fn parse_blob_field(f: &[u8]) -> Option<(String, ChannelVersion)> {
 /// chunks in the same step as the plain values.
 pub(crate) struct EncodedRecord {
     pub(crate) bytes: Vec<u8>,
-    pub(crate) fields: Vec<Vec<u8>>,
     pub(crate) tokens: Vec<String>,
 }
 
@@ -103,11 +102,7 @@ pub(crate) fn encode_record(
     };
     serde_json::to_writer(&mut bytes, &body)
         .map_err(|e| Error::serialization("encoding a checkpoint record", e))?;
-    Ok(EncodedRecord {
-        bytes,
-        fields,
-        tokens,
-    })
+    Ok(EncodedRecord { bytes, tokens })
 }
 
 /// The `(blob field, manifest)` pairs a record carries for the values its put chunked.

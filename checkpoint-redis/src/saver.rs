@@ -906,23 +906,13 @@ impl Saver for RedisSaver {
             esc(&id),
             parent.map(esc).unwrap_or_default(),
             record.bytes,
-            s(record.fields.len().to_string()),
         ];
-        args.extend(record.fields);
-        args.push(s(record.tokens.len().to_string()));
-        args.extend(record.tokens.iter().map(s));
         let mi = thread_index_args(&id, ns, &record.tokens);
-        args.push(s(mi.len().to_string()));
-        args.extend(mi);
-        let gmi = if cluster {
-            Vec::new()
-        } else {
-            global_index_args(&g, &record.tokens)
-        };
-        args.push(s(gmi.len().to_string()));
-        args.extend(gmi);
         let reply = if cluster {
             args.push(s("V"));
+            args.push(s(mi.len().to_string()));
+            args.extend(mi);
+            args.push(s("0"));
             args.extend(chunks);
             args.extend(blobs);
             self.eval_thread(&SCRIPTS.put, thread_id, args, true)
@@ -930,22 +920,24 @@ impl Saver for RedisSaver {
         } else {
             // Single node: the values go in as plain `HSETNX`es in the same `MULTI`/`EXEC`
             // as the script, so they never pass through Lua (converting a 64 KB argument
-            // into a Lua string costs more than the whole rest of the script).
+            // into a Lua string costs more than the whole rest of the script). A put the
+            // script may refuse (compare-and-set, fence) passes the index entries to it,
+            // to be added only once accepted, and the fields it wrote, to be swept if
+            // refused; any other put adds its index entries with plain `ZADD`s too.
+            let refusable = cas || options.fence.is_some();
             let keys = self.thread_keys(thread_id, true);
-            args.push(s("F"));
-            let mut prelude = Vec::with_capacity(blobs.len() / 2 + 1);
+            let gmi = global_index_args(&g, &record.tokens);
+            let mut prelude = Vec::with_capacity(blobs.len() / 2 + 3);
+            let mut written = Vec::new();
             if !chunks.is_empty() {
-                // Chunks first: a manifest never names a chunk that is not there yet. Only a
-                // put the script may refuse (compare-and-set, fence) passes their fields
-                // for the sweep; an unconditional put is never refused.
-                let refusable = cas || options.fence.is_some();
+                // Chunks first: a manifest never names a chunk that is not there yet.
                 let mut c = redis::cmd("HSET");
                 c.arg(&keys[crate::keys::BL]);
                 let mut pairs = chunks.into_iter();
                 while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
                     c.arg(&field[..]).arg(value);
                     if refusable {
-                        args.push(field);
+                        written.push(field);
                     }
                 }
                 prelude.push(c);
@@ -955,7 +947,25 @@ impl Saver for RedisSaver {
                 let mut c = redis::cmd("HSETNX");
                 c.arg(&keys[crate::keys::BL]).arg(&field[..]).arg(value);
                 prelude.push(c);
-                args.push(field);
+                if refusable {
+                    written.push(field);
+                }
+            }
+            if refusable {
+                args.push(s("F"));
+                args.push(s(mi.len().to_string()));
+                args.extend(mi);
+                args.push(s(gmi.len().to_string()));
+                args.extend(gmi);
+                args.extend(written);
+            } else {
+                args.push(s("P"));
+                let mut c = redis::cmd("ZADD");
+                c.arg(&keys[crate::keys::MI]).arg(mi);
+                prelude.push(c);
+                let mut c = redis::cmd("ZADD");
+                c.arg(&keys[crate::keys::GMI]).arg(gmi);
+                prelude.push(c);
             }
             let call = Call {
                 script: &SCRIPTS.put,

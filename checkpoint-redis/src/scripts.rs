@@ -484,29 +484,42 @@ end
 "#;
 
 /// `put`. ARGV: default ttl ms, esc(thread), fence or '', cas '1'/'0', esc(ns), esc(id),
-/// esc(parent) or '', record, n, the record's n blob fields, m, its m tokens (both also
-/// packed in the record; passed apart so the hot path parses nothing), k, the k arguments
-/// of the thread index `ZADD` (score, member pairs), g, the g arguments of the global
-/// index `ZADD` of a new checkpoint (0 on a Cluster), then either `V` and blob (field,
-/// value) pairs, or `F` and the fields of values the caller already wrote with `HSETNX` in
-/// the same `MULTI`/`EXEC` (large values then never pass through Lua: on a refused put
-/// those fields are swept again; the chunks of chunked values, written by the same
-/// `MULTI`/`EXEC`, go with their manifests). The index members are built by the client: building
-/// them from the tokens in Lua cost more than half of the script's time.
+/// esc(parent) or '', record, then a mode:
+/// - `P` (single node, unconditional put): nothing more. The client wrote the values, the
+///   chunks and the index entries (`ZADD`s) with plain commands in the same `MULTI`/`EXEC`
+///   ahead of this script, which only stores the record (or, on a re-put, replaces it and
+///   drops what the old one named alone). Every argument costs the script a Lua string, so
+///   the hot path passes none it does not need; a re-put parses the fields and tokens it
+///   needs from the record.
+/// - `F` (single node, compare-and-set or fenced put, which the script may refuse): k, the
+///   k arguments of the thread index `ZADD` (score, member pairs), g, the g arguments of the
+///   global index `ZADD`, then the fields of the values and chunks the client wrote in the
+///   same `MULTI`/`EXEC` (swept again if the put is refused).
+/// - `V` (Cluster): k and the thread index arguments, 0 (the global index is kept by
+///   [`GINDEX`]), then (field, value) pairs to write here (chunks first).
+///
+/// The index members are built by the client: building them from the tokens in Lua cost
+/// more than half of the script's time.
 const PUT: &str = r#"
-local nsp, idp, par = ARGV[5], ARGV[6], ARGV[7]
-local nf = tonumber(ARGV[9])
-local nt = tonumber(ARGV[10 + nf])
-local mi_at = 11 + nf + nt
-local nmi = tonumber(ARGV[mi_at])
-local g_at = mi_at + nmi + 1
-local ngm = tonumber(ARGV[g_at])
-local tail = g_at + ngm + 1
-local prewritten = ARGV[tail] == 'F'
+local nsp, idp, par, rec = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local mode = ARGV[9]
+-- 'P': the client wrote the values and the index entries itself in the same MULTI (an
+-- unconditional put, which nothing can refuse); 'F': it wrote the values, the index
+-- entries follow, then the value fields to remove if the put is refused; 'V' (Cluster):
+-- the index entries follow, then the (field, value) pairs to write here.
+local nmi, ngm, tail = 0, 0, 10
+if mode ~= 'P' then
+  nmi = tonumber(ARGV[10])
+  ngm = tonumber(ARGV[11 + nmi])
+  tail = 12 + nmi + ngm
+end
 local function refuse(reply)
-  if prewritten and #ARGV > tail then
+  if mode == 'P' then
+    return redis.error_reply('checkpoint-redis: a prewritten put cannot be refused')
+  end
+  if mode == 'F' and #ARGV >= tail then
     local fields = {}
-    for i = tail + 1, #ARGV do fields[#fields + 1] = ARGV[i] end
+    for i = tail, #ARGV do fields[#fields + 1] = ARGV[i] end
     sweep(fields)
   end
   return reply
@@ -528,38 +541,40 @@ if ARGV[4] == '1' then
   end
   if not ok then return refuse({'CONFLICT', head or false}) end
 end
-local cv, toks = {}, {}
-for i = 1, nf do cv[i] = ARGV[9 + i] end
-for i = 1, nt do toks[i] = ARGV[10 + nf + i] end
-if not prewritten then
-  for i = tail + 1, #ARGV, 2 do redis.call('HSETNX', BL, ARGV[i], ARGV[i + 1]) end
+if mode == 'V' then
+  for i = tail, #ARGV, 2 do redis.call('HSETNX', BL, ARGV[i], ARGV[i + 1]) end
 end
 -- A new checkpoint (the usual case) is stored with one HSETNX; a re-put replaces.
-if not known and redis.call('HSETNX', CP, tref, ARGV[8]) == 0 then
+if not known and redis.call('HSETNX', CP, tref, rec) == 0 then
   old, known = redis.call('HGET', CP, tref), true
 end
-local oldtoks, gone = {}, {}
-if old then
-  local ocv
-  ocv, oldtoks = record_parts(old)
-  local named = {}
-  for _, f in ipairs(cv) do named[f] = true end
-  for _, f in ipairs(ocv) do
-    if not named[f] then gone[#gone + 1] = f end
+-- The new record's fields and tokens matter only to a re-put (parsed from the record).
+local toks, oldtoks, gone = {}, {}, {}
+if known then
+  local cv
+  cv, toks = record_parts(rec)
+  if old then
+    local ocv
+    ocv, oldtoks = record_parts(old)
+    local named = {}
+    for _, f in ipairs(cv) do named[f] = true end
+    for _, f in ipairs(ocv) do
+      if not named[f] then gone[#gone + 1] = f end
+    end
+    local keep, dropped = {}, {}
+    for _, t in ipairs(toks) do keep[t] = true end
+    for _, t in ipairs(oldtoks) do
+      if not keep[t] then dropped[#dropped + 1] = t end
+    end
+    if #dropped > 0 then zrem_all(MI, {}, dropped, '\0' .. tref) end
   end
-  local keep, stale = {}, {}
-  for _, t in ipairs(toks) do keep[t] = true end
-  for _, t in ipairs(oldtoks) do
-    if not keep[t] then stale[#stale + 1] = t end
-  end
-  if #stale > 0 then zrem_all(MI, {}, stale, '\0' .. tref) end
+  redis.call('HSET', CP, tref, rec)
 end
-if known then redis.call('HSET', CP, tref, ARGV[8]) end
 -- Values only the replaced record named (after the HSET, so it no longer counts).
 if #gone > 0 then sweep(gone) end
-zadd_argv(MI, mi_at + 1, mi_at + nmi)
+if nmi > 0 then zadd_argv(MI, 11, 10 + nmi) end
 if INLINE then
-  if known then g_set(idp .. ARGV[2] .. nsp, toks) else zadd_argv(GMI, g_at + 1, g_at + ngm) end
+  if known then g_set(idp .. ARGV[2] .. nsp, toks) elseif ngm > 0 then zadd_argv(GMI, 12 + nmi, 11 + nmi + ngm) end
 end
 touch(ARGV[1])
 if old then return {'OK', pack(oldtoks)} end
