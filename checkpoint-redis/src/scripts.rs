@@ -192,8 +192,10 @@ local function g_add(gref, tokens) g_put(gref, tokens, true) end
 
 "#;
 
-/// Thread helpers: TTL, fences, heads, tuple summaries.
-const THREAD_FNS: &str = r#"
+/// Thread guards every writing script needs: TTL and fence. Kept apart from the other
+/// helpers so the hot paths (`put` of a new checkpoint, `put_writes`) define nothing else:
+/// every closure a script defines costs time on every call.
+const GUARD_FNS: &str = r#"
 -- Thread TTL: the per-thread override (0 = pinned) or the saver's default.
 local function touch(default)
   local o = redis.call('HGET', OPT, 't')
@@ -210,6 +212,11 @@ local function check_fence(fence)
   if tonumber(cur) ~= tonumber(fence) then return {'FENCE', cur} end
   return nil
 end
+
+"#;
+
+/// Thread helpers: heads, tuple summaries.
+const THREAD_FNS: &str = r#"
 
 local function head_idp(nsp)
   local p = BYNS .. nsp
@@ -483,6 +490,18 @@ local function scan(cands, lo, hi, nscheck, nsskip, want, budget)
 end
 "#;
 
+/// The fast path of `put` (mode `P`, see [`PUT`]), ahead of the helper definitions: a new
+/// checkpoint whose values and index entries the client already wrote needs only its
+/// record stored. Anything else (a re-put) falls through to the full script.
+const PUT_FAST: &str = r#"
+if ARGV[9] == 'P' and ARGV[3] == '' and ARGV[4] == '0' then
+  if redis.call('HSETNX', CP, ARGV[6] .. ARGV[5], ARGV[8]) == 1 then
+    touch(ARGV[1])
+    return {'OK', false}
+  end
+end
+"#;
+
 /// `put`. ARGV: default ttl ms, esc(thread), fence or '', cas '1'/'0', esc(ns), esc(id),
 /// esc(parent) or '', record, then a mode:
 /// - `P` (single node, unconditional put): nothing more. The client wrote the values, the
@@ -582,23 +601,27 @@ return {'OK', false}
 "#;
 
 /// `put_writes`. ARGV: default ttl ms, esc(thread), fence or '', tref, replace '1'/'0',
-/// esc(task_path), then (esc(task_id) idx8, payload) pairs.
+/// esc(task_path), then (esc(task_id) idx8, netstr(esc(task_path)) payload) pairs (stored
+/// as given). Without `replace`, the first write of a (task, index) wins (`HSETNX`).
 const PUT_WRITES: &str = r#"
 local stale = check_fence(ARGV[3])
 if stale then return stale end
 local tref, path = ARGV[4], ARGV[6]
 local replace = ARGV[5] == '1'
-local stored = #path .. ':' .. path
 for i = 7, #ARGV, 2 do
   local tail = ARGV[i]
   local uniq = tref .. tail
-  local old = redis.call('HGET', WV, uniq)
-  if old and replace then
-    local oldpath = netstr(old, 1)
-    redis.call('ZREM', WI, tref .. oldpath .. tail)
-  end
-  if (not old) or replace then
-    redis.call('HSET', WV, uniq, stored .. ARGV[i + 1])
+  if replace then
+    local old = redis.call('HGET', WV, uniq)
+    if old then
+      -- The stored write starts with netstr(task path).
+      local c = string.find(old, ':', 1, true)
+      local oldpath = string.sub(old, c + 1, c + tonumber(string.sub(old, 1, c - 1)))
+      redis.call('ZREM', WI, tref .. oldpath .. tail)
+    end
+    redis.call('HSET', WV, uniq, ARGV[i + 1])
+    redis.call('ZADD', WI, 0, tref .. path .. tail)
+  elseif redis.call('HSETNX', WV, uniq, ARGV[i + 1]) == 1 then
     redis.call('ZADD', WI, 0, tref .. path .. tail)
   end
 end
@@ -920,8 +943,8 @@ pub(crate) struct Scripts {
 }
 
 /// Every helper, for the maintenance scripts.
-const ALL_FNS: [&str; 8] = [
-    BASE, GLOBAL_FNS, THREAD_FNS, CHUNK_FNS, LOAD_FNS, SWEEP_FNS, DELETE_FNS, SCAN_FNS,
+const ALL_FNS: [&str; 9] = [
+    GUARD_FNS, BASE, GLOBAL_FNS, THREAD_FNS, CHUNK_FNS, LOAD_FNS, SWEEP_FNS, DELETE_FNS, SCAN_FNS,
 ];
 
 fn script(header: &str, helpers: &[&str], body: &str) -> Lua {
@@ -939,12 +962,22 @@ fn global(body: &str) -> Lua {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     put: script(
         THREAD_HEADER,
-        &[BASE, GLOBAL_FNS, THREAD_FNS, CHUNK_FNS, SWEEP_FNS],
+        &[
+            GUARD_FNS, PUT_FAST, BASE, GLOBAL_FNS, THREAD_FNS, CHUNK_FNS, SWEEP_FNS,
+        ],
         PUT,
     ),
-    put_writes: script(THREAD_HEADER, &[BASE, THREAD_FNS], PUT_WRITES),
-    get: script(THREAD_HEADER, &[BASE, THREAD_FNS, CHUNK_FNS, LOAD_FNS], GET),
-    list: script(THREAD_HEADER, &[BASE, THREAD_FNS, SCAN_FNS], LIST),
+    put_writes: script(THREAD_HEADER, &[GUARD_FNS], PUT_WRITES),
+    get: script(
+        THREAD_HEADER,
+        &[GUARD_FNS, BASE, THREAD_FNS, CHUNK_FNS, LOAD_FNS],
+        GET,
+    ),
+    list: script(
+        THREAD_HEADER,
+        &[GUARD_FNS, BASE, THREAD_FNS, SCAN_FNS],
+        LIST,
+    ),
     gscan: script(GLOBAL_HEADER, &[BASE, SCAN_FNS], GSCAN),
     gindex: script(GLOBAL_HEADER, &[BASE, GLOBAL_FNS], GINDEX),
     delete_thread: thread(DELETE_THREAD),
