@@ -178,7 +178,7 @@ fn owned_bulk(v: Value) -> Option<Bytes> {
 }
 
 /// A pending write's payload as sent by `put_writes`: `netstr(channel) netstr(tag) bytes`
-/// (the script prepends `netstr(esc(task_path))`).
+/// (`put_writes` stores it after `netstr(esc(task_path))`).
 pub(crate) fn encode_write(channel: &str, value: &TypedValue) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.bytes.len() + channel.len() + 16);
     netstr_into(&mut out, channel.as_bytes());

@@ -459,9 +459,9 @@ local function scan(cands, lo, hi, nscheck, nsskip, want, budget)
     local batch = math.min(256, budget - examined)
     if batch <= 0 then break end
     local ms = redis.call('ZREVRANGEBYLEX', d[1], max, min, 'LIMIT', 0, batch)
-    local full = false
-    for _, m in ipairs(ms) do
-      examined = examined + 1
+    -- The batch's references, and which of them pass the namespace check.
+    local refs, pass, prev = {}, {}, last
+    for i, m in ipairs(ms) do
       local ref = string.sub(m, #d[2] + 1)
       if d[3] then
         -- Keep the first d[3] components (`\1 gref pack(tokens)` members of the global
@@ -470,15 +470,32 @@ local function scan(cands, lo, hi, nscheck, nsskip, want, budget)
         for _ = 1, d[3] do pos = comp_end(ref, pos + 1) end
         ref = string.sub(ref, 1, pos)
       end
-      local ok = ref ~= last and (nscheck == '' or ns_of(ref, nsskip) == nscheck)
-      last = ref
-      if ok then
-        for _, c in ipairs(checks) do
-          if not redis.call('ZSCORE', c[1], c[2] .. ref) then ok = false; break end
+      refs[i] = ref
+      pass[i] = ref ~= prev and (nscheck == '' or ns_of(ref, nsskip) == nscheck)
+      prev = ref
+    end
+    -- The other lists of the intersection: one ZMSCORE per list for the whole batch (one
+    -- ZSCORE per candidate costs several times more in calls from Lua).
+    for _, c in ipairs(checks) do
+      local at, members = {}, {}
+      for i = 1, #refs do
+        if pass[i] then
+          at[#at + 1] = i
+          members[#members + 1] = c[2] .. refs[i]
         end
       end
-      if ok then
-        out[#out + 1] = ref
+      if #members == 0 then break end
+      local scores = redis.call('ZMSCORE', c[1], unpack(members))
+      for k, i in ipairs(at) do
+        if not scores[k] then pass[i] = false end
+      end
+    end
+    local full = false
+    for i = 1, #refs do
+      examined = examined + 1
+      last = refs[i]
+      if pass[i] then
+        out[#out + 1] = refs[i]
         if #out >= want then full = true; break end
       end
     end
