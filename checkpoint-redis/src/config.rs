@@ -206,6 +206,7 @@ impl RedisSaverBuilder {
             default_ttl_ms: self.default_ttl.map_or(0, duration_ms),
             refresh_on_read: self.refresh_on_read,
             target: redacted,
+            chunk_memo: Default::default(),
         }))
     }
 }

@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     pub(crate) refresh_on_read: bool,
     /// Where it connects, password redacted.
     pub(crate) target: String,
+    /// Chunk ids of the last list value put per thread and channel.
+    pub(crate) chunk_memo: chunk::ChunkMemo,
 }
 
 impl fmt::Debug for RedisSaver {
@@ -867,10 +869,15 @@ impl Saver for RedisSaver {
         let mut blobs = Vec::with_capacity(new_versions.len() * 2);
         let mut chunks = Vec::new();
         let mut manifests = Vec::new();
+        let mut memo_key = esc(thread_id);
+        crate::keys::esc_into(&mut memo_key, ns.as_bytes());
+        let memo_base = memo_key.len();
         for (channel, version) in &new_versions {
             let field = blob_field(ns, channel, version);
             let value = values.get(channel);
-            match value.and_then(chunk::split) {
+            memo_key.truncate(memo_base);
+            crate::keys::esc_into(&mut memo_key, channel.as_bytes());
+            match value.and_then(|v| self.inner.chunk_memo.split(&memo_key, v)) {
                 Some(split) => {
                     blobs.push(chunk::manifest_field(&field));
                     manifests.push(field);
