@@ -237,6 +237,7 @@ fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
                     other_client_calls(&info),
                     calls(&info, "exec"),
                     calls(&info, "hsetnx"),
+                    calls(&info, "zadd"),
                 )
             }
         };
@@ -264,6 +265,9 @@ fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
         // reply): large values go in as plain commands, not through Lua.
         assert_eq!(after.2 - before.2, 1, "put is one MULTI/EXEC");
         assert_eq!(after.3 - before.3, 2, "the value's HSETNX and the record's");
+        // The index entries of an unconditional put are plain ZADDs in the same MULTI (one
+        // per index), so the script needs none of them as arguments.
+        assert_eq!(after.4 - before.4, 2, "one ZADD per index");
         assert_eq!(after.1, before.1, "put sends nothing else");
         saver
             .put_writes(
@@ -278,6 +282,7 @@ fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
         assert_eq!(after_writes.0 - after.0, 1, "put_writes is one EVALSHA");
         assert_eq!(after_writes.1, after.1, "put_writes sends nothing else");
         assert_eq!(after_writes.2, after.2, "put_writes needs no MULTI/EXEC");
+        assert_eq!(after_writes.3 - after.3, 2, "each new write is one HSETNX");
         let t = saver
             .get_tuple(&CheckpointConfig::new("t"))
             .await
