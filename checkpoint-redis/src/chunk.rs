@@ -146,18 +146,41 @@ impl ChunkMemo {
         let previous = self.lock().entries.get(key).cloned();
         let (split, memo) = split_with(value, previous.as_deref())?;
         let size = memo.value.len();
+        let mut state = self.lock();
+        if let Some(old) = state.entries.remove(key) {
+            state.bytes -= old.value.len();
+        }
         if size <= MEMO_MAX_BYTES / 8 {
-            let mut state = self.lock();
             if state.entries.len() >= MEMO_MAX_ENTRIES || state.bytes + size > MEMO_MAX_BYTES {
                 state.entries.clear();
                 state.bytes = 0;
             }
             state.bytes += size;
-            if let Some(old) = state.entries.insert(key.to_vec(), Arc::new(memo)) {
-                state.bytes -= old.value.len();
-            }
+            state.entries.insert(key.to_vec(), Arc::new(memo));
         }
         Some(split)
+    }
+
+    /// Forgets every value remembered for the thread whose escaped id is `ethread` (the
+    /// memo keys start with it), so a deleted thread's data is not kept in memory.
+    pub(crate) fn forget_thread(&self, ethread: &[u8]) {
+        let mut state = self.lock();
+        let mut freed = 0;
+        state.entries.retain(|k, m| {
+            let keep = !k.starts_with(ethread);
+            if !keep {
+                freed += m.value.len();
+            }
+            keep
+        });
+        state.bytes -= freed;
+    }
+
+    /// Forgets everything.
+    pub(crate) fn clear(&self) {
+        let mut state = self.lock();
+        state.entries.clear();
+        state.bytes = 0;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoState> {
@@ -375,6 +398,38 @@ mod tests {
                 proptest::collection::vec((inner.clone(), inner), 0..6).prop_map(rmpv::Value::Map),
             ]
         })
+    }
+
+    #[test]
+    fn the_memo_forgets_deleted_threads_and_accounts_its_bytes() {
+        let msg = |k: usize| serde_json::json!({"id": format!("m{k}"), "content": "x".repeat(600)});
+        let v = TypedValue::msgpack(&(0..3).map(msg).collect::<Vec<_>>()).unwrap();
+        let memo = ChunkMemo::default();
+        let key = |thread: &str, channel: &str| {
+            let mut k = crate::keys::esc(thread);
+            crate::keys::esc_into(&mut k, b"");
+            crate::keys::esc_into(&mut k, channel.as_bytes());
+            k
+        };
+        memo.split(&key("a", "messages"), &v).unwrap();
+        memo.split(&key("a", "messages"), &v).unwrap();
+        memo.split(&key("a", "other"), &v).unwrap();
+        memo.split(&key("ab", "messages"), &v).unwrap();
+        assert_eq!(memo.lock().entries.len(), 3);
+        assert_eq!(
+            memo.lock().bytes,
+            3 * v.bytes.len(),
+            "a replaced entry is counted once"
+        );
+        memo.forget_thread(&crate::keys::esc("a"));
+        assert_eq!(
+            memo.lock().entries.len(),
+            1,
+            "thread `ab` is not thread `a`"
+        );
+        assert_eq!(memo.lock().bytes, v.bytes.len());
+        memo.clear();
+        assert_eq!(memo.lock().bytes, 0);
     }
 
     proptest! {

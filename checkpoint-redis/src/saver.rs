@@ -187,6 +187,7 @@ impl RedisSaver {
     /// with `SCAN` + `DEL`, and returns how many were deleted. Meant for tests and
     /// benchmarks that own their prefix; never used on the hot path.
     pub async fn purge(&self) -> Result<u64> {
+        self.inner.chunk_memo.clear();
         Ok(self
             .inner
             .link
@@ -1086,6 +1087,7 @@ impl Saver for RedisSaver {
         if thread_id.is_empty() {
             return Ok(());
         }
+        self.inner.chunk_memo.forget_thread(&esc(thread_id));
         let reply = self
             .eval_thread(
                 &SCRIPTS.delete_thread,
@@ -1175,6 +1177,7 @@ impl Saver for RedisSaver {
             if thread_id.is_empty() {
                 continue;
             }
+            self.inner.chunk_memo.forget_thread(&esc(thread_id));
             let reply = self
                 .eval_thread(
                     &SCRIPTS.prune,
@@ -1234,6 +1237,7 @@ impl Saver for RedisSaver {
                 }
             }
             for (thread, trefs) in by_thread {
+                self.inner.chunk_memo.forget_thread(&esc(&thread));
                 for chunk in trefs.chunks(1000) {
                     let mut args = vec![s("0"), esc(&thread), s(&tok)];
                     args.extend(chunk.iter().cloned());

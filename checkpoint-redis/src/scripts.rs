@@ -218,11 +218,22 @@ end
 /// Thread helpers: heads, tuple summaries.
 const THREAD_FNS: &str = r#"
 
+-- The newest checkpoint of a namespace. Index entries without a record are skipped: a
+-- put whose `MULTI` ran its plain `ZADD`s but not its script (`NOSCRIPT` after a script
+-- cache flush, retried at once) leaves them until the retry, or for good if the caller
+-- gave up in between.
 local function head_idp(nsp)
   local p = BYNS .. nsp
-  local h = redis.call('ZREVRANGEBYLEX', MI, '(' .. p .. HI, '[' .. p, 'LIMIT', 0, 1)
-  if h[1] then return string.sub(h[1], #p + 1) end
-  return nil
+  local max = '(' .. p .. HI
+  while true do
+    local h = redis.call('ZREVRANGEBYLEX', MI, max, '[' .. p, 'LIMIT', 0, 8)
+    for _, m in ipairs(h) do
+      local idp = string.sub(m, #p + 1)
+      if redis.call('HEXISTS', CP, idp .. nsp) == 1 then return idp end
+    end
+    if #h < 8 then return nil end
+    max = '(' .. h[#h]
+  end
 end
 
 local function write_uniqs(tref, members)
@@ -744,16 +755,25 @@ while true do
   local nsp = string.sub(f[1], 2, z)
   local p = BYNS .. nsp
   local lo, hi = '[' .. p, '(' .. p .. HI
-  local cut = redis.call('ZLEXCOUNT', MI, lo, hi) - keep
-  if cut > 0 then
-    local olds = redis.call('ZRANGEBYLEX', MI, lo, hi, 'LIMIT', 0, cut)
-    for _, m in ipairs(olds) do
+  if redis.call('ZLEXCOUNT', MI, lo, hi) > keep then
+    -- Newest first; index entries without a record (see head_idp) are dropped and never
+    -- count toward `keep`.
+    local kept = 0
+    for _, m in ipairs(redis.call('ZREVRANGEBYLEX', MI, hi, lo)) do
       local tref = string.sub(m, #p + 1) .. nsp
-      local rec = redis.call('HGET', CP, tref)
-      if rec then
-        delete_checkpoint(tref, rec, ARGV[2], candidates)
+      if kept < keep then
+        if redis.call('HEXISTS', CP, tref) == 1 then
+          kept = kept + 1
+        else
+          redis.call('ZREM', MI, m, BYID .. tref)
+        end
       else
-        redis.call('ZREM', MI, m, BYID .. tref)
+        local rec = redis.call('HGET', CP, tref)
+        if rec then
+          delete_checkpoint(tref, rec, ARGV[2], candidates)
+        else
+          redis.call('ZREM', MI, m, BYID .. tref)
+        end
       end
     end
   end

@@ -308,3 +308,140 @@ fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// An unconditional put writes its index entries with plain `ZADD`s in the same
+/// `MULTI`/`EXEC` as its script. If the script is not cached (`SCRIPT FLUSH`, a restart
+/// without persistence), `EXEC` still runs the `ZADD`s and the saver sends the transaction
+/// again with `EVAL`; a caller that gives up in between leaves index entries without a
+/// record. Neither case may change what readers see: the latest checkpoint, compare-and-set
+/// and `prune` skip such entries.
+#[test]
+fn a_put_whose_script_did_not_run_leaves_no_visible_trace() {
+    if !binaries_or_skip() {
+        return;
+    }
+    let port = free_ports(7261, 1).unwrap();
+    let dir = scratch_dir("noscript");
+    let mut server = start(port, &dir);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let url = format!("redis://127.0.0.1:{port}");
+        let saver = RedisSaverBuilder::new(url.clone())
+            .key_prefix("ns")
+            .build()
+            .await
+            .unwrap();
+        let client = redis::Client::open(url).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let meta = |step: i64| CheckpointMetadata::for_step(Source::Loop, step);
+        let (c1, v1) = step(None, &[("a", Some(val(json!(1))))]);
+        let cfg1 = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                c1.clone(),
+                meta(1),
+                v1,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+
+        // The script cache is emptied: the next put's EVALSHA fails inside its MULTI, and
+        // the saver retries the whole transaction with EVAL.
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let (c2, v2) = step(Some(&c1), &[("a", Some(val(json!(2))))]);
+        let cfg2 = saver
+            .put(&cfg1, c2.clone(), meta(2), v2, PutOptions::new())
+            .await
+            .unwrap();
+        let latest = saver
+            .get_tuple(&CheckpointConfig::new("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(latest.checkpoint.id, c2.id);
+        let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg("ns:{t}:mi")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        // `\1 tref`, `\2 ns id` and 3 metadata tokens per checkpoint, none twice.
+        assert_eq!(members.len(), 10, "{members:?}");
+
+        // What a put abandoned between the two transactions leaves: its index entries, with
+        // an id newer than every stored checkpoint, and no record.
+        let ghost = "ffffffff-ffff-7fff-bfff-ffffffffffff";
+        let tref = format!("{ghost}\0\0");
+        let _: () = redis::cmd("ZADD")
+            .arg("ns:{t}:mi")
+            .arg(0)
+            .arg(format!("\u{1}{tref}"))
+            .arg(0)
+            .arg(format!("\u{2}\0{ghost}\0"))
+            .arg(0)
+            .arg(format!("kstep=3\0{tref}"))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let latest = saver
+            .get_tuple(&CheckpointConfig::new("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(latest.checkpoint.id, c2.id, "the ghost is not the head");
+        let listed = saver.list_all(ListOptions::thread("t")).await.unwrap();
+        assert_eq!(listed.len(), 2);
+        let filtered = saver
+            .list_all(ListOptions::thread("t").filter("step", 3))
+            .await
+            .unwrap();
+        assert!(filtered.is_empty());
+        // Compare-and-set still sees the real head.
+        let (c3, v3) = step(Some(&c2), &[("a", Some(val(json!(3))))]);
+        saver
+            .put(
+                &cfg2,
+                c3.clone(),
+                meta(3),
+                v3,
+                PutOptions::compare_and_set(),
+            )
+            .await
+            .unwrap();
+        // Keeping the latest keeps the real latest checkpoint and drops the ghost's
+        // ordering entries.
+        saver
+            .prune(
+                &["t".to_owned()],
+                checkpoint_core::PruneStrategy::KeepLatest,
+            )
+            .await
+            .unwrap();
+        let left = saver.list_all(ListOptions::thread("t")).await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].checkpoint.id, c3.id);
+        assert_eq!(left[0].checkpoint.channel_values["a"], val(json!(3)));
+        let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg("ns:{t}:mi")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(
+            !members
+                .iter()
+                .any(|m| m.starts_with(b"\x01ffffffff") || m.starts_with(b"\x02\x00ffffffff")),
+            "{members:?}"
+        );
+        saver.purge().await.unwrap();
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+}
