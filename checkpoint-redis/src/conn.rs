@@ -57,9 +57,18 @@ impl bb8::ManageConnection for Manager {
 
     async fn connect(&self) -> Result<PooledLink, RedisError> {
         let epoch = self.epoch.load(Ordering::Acquire);
-        let conn = self
+        let mut conn = self
             .client
             .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        // A new connection often follows a server restart, which empties the script cache:
+        // the put script is loaded first, so a put's `MULTI` rarely meets `NOSCRIPT` (its
+        // plain commands would run before the retry; readers skip what they leave, see the
+        // put script).
+        let _: Value = cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&SCRIPTS.put.code)
+            .query_async(&mut conn)
             .await?;
         Ok(PooledLink {
             conn,
