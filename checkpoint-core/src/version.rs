@@ -20,13 +20,57 @@ use serde::{Deserialize, Serialize};
 /// first; on a tie an integer comes before a string, and strings compare as strings (for
 /// LangGraph's zero-padded form this is exactly its lexicographic order). Strings without a
 /// numeric counter sort after every version that has one.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(untagged)]
 pub enum ChannelVersion {
     /// An integer version.
     Int(u64),
     /// A string version.
     Str(String),
+}
+
+/// Accepts an unsigned integer or a string (UTF-8 bytes too), like `#[serde(untagged)]`
+/// would, but in one pass: the derived untagged form buffers the input and builds (and
+/// formats) an error for every string version before trying the string variant, which
+/// showed up in profiles of listing checkpoints.
+impl<'de> Deserialize<'de> for ChannelVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ChannelVersion;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a channel version (an unsigned integer or a string)")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(ChannelVersion::Int(v))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                u64::try_from(v)
+                    .map(ChannelVersion::Int)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(ChannelVersion::Str(v.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(ChannelVersion::Str(v))
+            }
+
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Self::Value, E> {
+                std::str::from_utf8(v)
+                    .map(|s| ChannelVersion::Str(s.to_owned()))
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Bytes(v), &self))
+            }
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// Channel name → version.
@@ -151,6 +195,50 @@ mod tests {
             (0u64..50, "[0-9a-z.]{0,4}").prop_map(|(c, s)| ChannelVersion::Str(format!("{c}{s}"))),
             "[a-z.]{0,4}".prop_map(ChannelVersion::Str),
         ]
+    }
+
+    #[test]
+    fn versions_deserialize_from_json_and_msgpack_and_reject_other_shapes() {
+        let from_json = |j: &str| serde_json::from_str::<ChannelVersion>(j);
+        assert_eq!(from_json("7").unwrap(), ChannelVersion::Int(7));
+        assert_eq!(
+            from_json("\"00000001.5\"").unwrap(),
+            ChannelVersion::Str("00000001.5".into())
+        );
+        for bad in ["-1", "1.5", "null", "[1]", "{}", "true"] {
+            let e = from_json(bad).unwrap_err().to_string();
+            assert!(e.contains("channel version"), "{bad}: {e}");
+        }
+        for v in [
+            ChannelVersion::Int(0),
+            ChannelVersion::Int(u64::MAX),
+            ChannelVersion::Str(String::new()),
+            ChannelVersion::Str("00000000000000000000000000000003.0123456789012345".into()),
+        ] {
+            let packed = rmp_serde::to_vec(&v).unwrap();
+            assert_eq!(rmp_serde::from_slice::<ChannelVersion>(&packed).unwrap(), v);
+            let named = rmp_serde::to_vec_named(&v).unwrap();
+            assert_eq!(rmp_serde::from_slice::<ChannelVersion>(&named).unwrap(), v);
+        }
+        // A msgpack bin holding UTF-8 is read as a string version, as the derived form did.
+        let bin = rmp_serde::to_vec(&serde_bytes_like(b"4.2")).unwrap();
+        assert_eq!(
+            rmp_serde::from_slice::<ChannelVersion>(&bin).unwrap(),
+            ChannelVersion::Str("4.2".into())
+        );
+        let negative = rmp_serde::to_vec(&-3i64).unwrap();
+        assert!(rmp_serde::from_slice::<ChannelVersion>(&negative).is_err());
+    }
+
+    /// A value that serializes as msgpack `bin`.
+    fn serde_bytes_like(b: &'static [u8]) -> impl serde::Serialize {
+        struct Bin(&'static [u8]);
+        impl serde::Serialize for Bin {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(self.0)
+            }
+        }
+        Bin(b)
     }
 
     proptest! {
