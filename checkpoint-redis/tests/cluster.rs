@@ -89,21 +89,31 @@ fn cluster_factory() -> RedisFactory {
 
 conformance_tests::conformance_suite!(cluster_factory());
 
+/// The local cluster's node URLs, started on first use; `None` (skipped, with the reason
+/// printed) without `redis-server`, which fails instead when servers are required.
+fn cluster_nodes() -> Option<Vec<String>> {
+    if let Err(reason) = redis_binaries() {
+        assert!(!conformance_tests::servers_required(), "{reason}");
+        eprintln!("SKIPPED: {reason}");
+        return None;
+    }
+    Some(
+        CLUSTER
+            .get_or_init(start_cluster)
+            .clone()
+            .unwrap_or_else(|e| panic!("{e}")),
+    )
+}
+
 /// The cluster really spreads threads over its primaries, and every key of one thread sits
 /// in one slot (the thread's hash tag), so each thread script runs on one node.
 #[test]
 fn threads_spread_over_primaries_and_each_thread_stays_in_one_slot() {
     use checkpoint_core::{CheckpointMetadata, PutOptions, Saver};
     use conformance_tests::fixtures::{cfg, step, val};
-    if let Err(reason) = redis_binaries() {
-        assert!(!conformance_tests::servers_required(), "{reason}");
-        eprintln!("SKIPPED: {reason}");
+    let Some(nodes) = cluster_nodes() else {
         return;
-    }
-    let nodes = CLUSTER
-        .get_or_init(start_cluster)
-        .clone()
-        .unwrap_or_else(|e| panic!("{e}"));
+    };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let prefix = common::unique_prefix("spread");
@@ -158,15 +168,9 @@ fn threads_spread_over_primaries_and_each_thread_stays_in_one_slot() {
 /// field counts and sweeps as on a single server.
 #[test]
 fn list_values_are_stored_once_per_element_and_read_back_exactly() {
-    if let Err(reason) = redis_binaries() {
-        assert!(!conformance_tests::servers_required(), "{reason}");
-        eprintln!("SKIPPED: {reason}");
+    let Some(nodes) = cluster_nodes() else {
         return;
-    }
-    let nodes = CLUSTER
-        .get_or_init(start_cluster)
-        .clone()
-        .unwrap_or_else(|e| panic!("{e}"));
+    };
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(common::chunked_list_values(

@@ -41,6 +41,17 @@ fn start(port: u16, dir: &std::path::Path) -> Child {
     child
 }
 
+/// A private AOF server on a free port from `base` on, and its URL; `None` (skipped)
+/// without `redis-server`.
+fn private_server(base: u16, tag: &str) -> Option<(Child, String)> {
+    if !binaries_or_skip() {
+        return None;
+    }
+    let port = free_ports(base, 1).unwrap();
+    let server = start(port, &scratch_dir(tag));
+    Some((server, format!("redis://127.0.0.1:{port}")))
+}
+
 #[test]
 fn aof_restart_loses_no_acknowledged_write_and_the_saver_reconnects() {
     if !binaries_or_skip() {
@@ -207,15 +218,11 @@ fn other_client_calls(info: &str) -> u64 {
 
 #[test]
 fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
-    if !binaries_or_skip() {
+    let Some((mut server, url)) = private_server(7251, "roundtrip") else {
         return;
-    }
-    let port = free_ports(7251, 1).unwrap();
-    let dir = scratch_dir("roundtrip");
-    let mut server = start(port, &dir);
+    };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let url = format!("redis://127.0.0.1:{port}");
         let saver = RedisSaverBuilder::new(url.clone())
             .key_prefix("rt")
             .pool_size(1)
@@ -317,15 +324,11 @@ fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
 /// and `prune` skip such entries.
 #[test]
 fn a_put_whose_script_did_not_run_leaves_no_visible_trace() {
-    if !binaries_or_skip() {
+    let Some((mut server, url)) = private_server(7261, "noscript") else {
         return;
-    }
-    let port = free_ports(7261, 1).unwrap();
-    let dir = scratch_dir("noscript");
-    let mut server = start(port, &dir);
+    };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let url = format!("redis://127.0.0.1:{port}");
         let saver = RedisSaverBuilder::new(url.clone())
             .key_prefix("ns")
             .build()
