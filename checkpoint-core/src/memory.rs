@@ -648,8 +648,10 @@ impl Saver for InMemorySaver {
         ttl: Duration,
     ) -> Result<Option<Lease>> {
         validate_lease_request(thread_id, holder, ttl)?;
-        let now = Instant::now();
         let mut store = self.write();
+        // Read the clock under the lock: a time taken before waiting for it could be older
+        // than a grant made meanwhile.
+        let now = Instant::now();
         let token = match store.leases.get(thread_id) {
             Some(l) if l.expires_at > now && l.holder != holder => return Ok(None),
             Some(l) if l.expires_at > now => l.token,
@@ -706,8 +708,10 @@ impl Saver for InMemorySaver {
 
     async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
         validate_claim_request(key, ttl)?;
-        let now = Instant::now();
         let mut store = self.write();
+        // Under the lock (see acquire_lease): otherwise a claim made meanwhile could report
+        // more time left than its TTL.
+        let now = Instant::now();
         let token = match store.ledger.get(key) {
             Some(LedgerEntry {
                 state: LedgerState::Completed(outcome),
