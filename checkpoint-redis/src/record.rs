@@ -138,8 +138,9 @@ pub(crate) fn encode_blob(value: Option<&TypedValue>) -> Vec<u8> {
     match value {
         None => b"X".to_vec(),
         Some(v) => {
-            let mut out = b"V".to_vec();
-            out.extend_from_slice(&encode_typed(v));
+            let mut out = Vec::with_capacity(v.bytes.len() + 16);
+            out.push(b'V');
+            encode_typed_into(&mut out, v);
             out
         }
     }
@@ -148,9 +149,15 @@ pub(crate) fn encode_blob(value: Option<&TypedValue>) -> Vec<u8> {
 /// `netstr(tag) bytes`.
 pub(crate) fn encode_typed(v: &TypedValue) -> Vec<u8> {
     let mut out = Vec::with_capacity(v.bytes.len() + 16);
-    netstr_into(&mut out, v.type_tag.as_str().as_bytes());
-    out.extend_from_slice(&v.bytes);
+    encode_typed_into(&mut out, v);
     out
+}
+
+/// Appends [`encode_typed`] of `v` to `out` (values are copied once, into the argument
+/// that is sent).
+fn encode_typed_into(out: &mut Vec<u8>, v: &TypedValue) {
+    netstr_into(out, v.type_tag.as_str().as_bytes());
+    out.extend_from_slice(&v.bytes);
 }
 
 pub(crate) fn decode_typed(b: &[u8]) -> Option<TypedValue> {
@@ -177,12 +184,13 @@ fn owned_bulk(v: Value) -> Option<Bytes> {
     }
 }
 
-/// A pending write's payload as sent by `put_writes`: `netstr(channel) netstr(tag) bytes`
-/// (`put_writes` stores it after `netstr(esc(task_path))`).
-pub(crate) fn encode_write(channel: &str, value: &TypedValue) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.bytes.len() + channel.len() + 16);
+/// A pending write as `put_writes` stores it: `netstr(esc(task_path)) netstr(channel)
+/// netstr(tag) bytes`, `path` being `esc(task_path)`.
+pub(crate) fn encode_write(path: &[u8], channel: &str, value: &TypedValue) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.bytes.len() + path.len() + channel.len() + 32);
+    netstr_into(&mut out, path);
     netstr_into(&mut out, channel.as_bytes());
-    out.extend_from_slice(&encode_typed(value));
+    encode_typed_into(&mut out, value);
     out
 }
 

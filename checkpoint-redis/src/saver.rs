@@ -1046,25 +1046,20 @@ impl Saver for RedisSaver {
         }
         let replace = replaces_existing(&writes);
         let path = esc(&options.task_path);
-        // Each write is stored as netstr(task path) + the encoded write, built here so the
-        // script stores its argument as is (no string concatenation in Lua).
-        let mut stored_prefix = Vec::new();
-        crate::keys::netstr_into(&mut stored_prefix, &path);
         let mut args = vec![
             self.ttl_arg(),
             esc(&config.thread_id),
             options.fence.map(|f| s(f.to_string())).unwrap_or_default(),
             tref(checkpoint_id, &config.checkpoint_ns),
             s(if replace { "1" } else { "0" }),
-            path,
+            path.clone(),
         ];
         for (position, (channel, value)) in writes.iter().enumerate() {
             let mut tail = esc(task_id);
             tail.extend_from_slice(&idx8(write_index(channel, position)));
             args.push(tail);
-            let mut stored = stored_prefix.clone();
-            stored.extend_from_slice(&encode_write(channel, value));
-            args.push(stored);
+            // In its stored form, so the script stores it as is (no concatenation in Lua).
+            args.push(encode_write(&path, channel, value));
         }
         let reply = self
             .eval_thread(&SCRIPTS.put_writes, &config.thread_id, args, false)

@@ -47,15 +47,12 @@ async fn put_one(saver: &RedisSaver, thread: &str) -> CheckpointConfig {
         .unwrap()
 }
 
-/// How many values (fields of the `bl` hash) are stored for `thread` under `prefix`.
-async fn stored_values(url: &str, prefix: &str, thread: &str) -> u64 {
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    redis::cmd("HLEN")
-        .arg(format!("{prefix}:{{{thread}}}:bl"))
-        .query_async(&mut conn)
-        .await
-        .unwrap()
+/// How many fields (values, manifests and chunks) the `bl` hash of `thread` under `prefix`
+/// holds.
+async fn stored_values(url: &str, prefix: &str, thread: &str) -> usize {
+    let (plain, manifests, chunks) =
+        common::value_layout(&[url.to_owned()], false, prefix, thread).await;
+    plain + manifests + chunks
 }
 
 async fn keys(url: &str, pattern: &str) -> Vec<String> {
@@ -85,12 +82,8 @@ async fn keys(url: &str, pattern: &str) -> Vec<String> {
 fn every_thread_key_carries_the_thread_hash_tag_and_ids_never_glob() {
     let Some(url) = url() else { return };
     rt().block_on(async {
-        let prefix = common::unique_prefix("layout");
-        let saver = RedisSaverBuilder::new(url.clone())
-            .key_prefix(prefix.clone())
-            .build()
-            .await
-            .unwrap();
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "layout").await;
         for t in ["*", "a*", "{x}", "t:1 [y]?", "\0nul", "ü"] {
             let cfg = put_one(&saver, t).await;
             saver
@@ -136,13 +129,11 @@ fn every_thread_key_carries_the_thread_hash_tag_and_ids_never_glob() {
 fn default_ttl_pinning_and_per_thread_ttl_apply_to_every_key_of_the_thread() {
     let Some(url) = url() else { return };
     rt().block_on(async {
-        let prefix = common::unique_prefix("ttl");
-        let saver = RedisSaverBuilder::new(url.clone())
-            .key_prefix(prefix.clone())
-            .default_ttl(Some(Duration::from_secs(60)))
-            .build()
-            .await
-            .unwrap();
+        let (saver, prefix) = common::build_fresh(
+            RedisSaverBuilder::new(url.clone()).default_ttl(Some(Duration::from_secs(60))),
+            "ttl",
+        )
+        .await;
         let cfg = put_one(&saver, "t1").await;
         saver
             .put_writes(
@@ -214,14 +205,13 @@ fn default_ttl_pinning_and_per_thread_ttl_apply_to_every_key_of_the_thread() {
 fn expired_threads_vanish_from_every_read_and_the_global_index_is_repaired() {
     let Some(url) = url() else { return };
     rt().block_on(async {
-        let prefix = common::unique_prefix("expire");
-        let saver = RedisSaverBuilder::new(url.clone())
-            .key_prefix(prefix.clone())
-            .default_ttl(Some(Duration::from_millis(1_200)))
-            .refresh_on_read(true)
-            .build()
-            .await
-            .unwrap();
+        let (saver, prefix) = common::build_fresh(
+            RedisSaverBuilder::new(url.clone())
+                .default_ttl(Some(Duration::from_millis(1_200)))
+                .refresh_on_read(true),
+            "expire",
+        )
+        .await;
         put_one(&saver, "short").await;
         put_one(&saver, "kept").await;
         saver
@@ -337,13 +327,11 @@ fn unreachable_servers_are_unavailable_and_secrets_never_show() {
 fn a_put_over_an_expired_threads_left_over_global_entry_is_listed_once() {
     let Some(url) = url() else { return };
     rt().block_on(async {
-        let prefix = common::unique_prefix("reput");
-        let saver = RedisSaverBuilder::new(url.clone())
-            .key_prefix(prefix.clone())
-            .default_ttl(Some(Duration::from_millis(300)))
-            .build()
-            .await
-            .unwrap();
+        let (saver, prefix) = common::build_fresh(
+            RedisSaverBuilder::new(url.clone()).default_ttl(Some(Duration::from_millis(300))),
+            "reput",
+        )
+        .await;
         let (c, v) = step(None, &[("a", Some(val(json!(1))))]);
         let id = c.id.clone();
         let meta = |who: &str| CheckpointMetadata::new().with("who", who);
@@ -384,12 +372,8 @@ fn a_put_over_an_expired_threads_left_over_global_entry_is_listed_once() {
 fn large_values_survive_every_operation() {
     let Some(url) = url() else { return };
     rt().block_on(async {
-        let prefix = common::unique_prefix("split");
-        let saver = RedisSaverBuilder::new(url.clone())
-            .key_prefix(prefix.clone())
-            .build()
-            .await
-            .unwrap();
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "split").await;
         // Sizes on both sides of allocator class boundaries.
         let sizes = [2_100, 4_200, 65_600, 70_000, 81_000, 200_000];
         let mut prev: Option<checkpoint_core::Checkpoint> = None;
@@ -477,12 +461,8 @@ fn large_values_survive_every_operation() {
 fn values_no_checkpoint_names_are_swept_and_shared_ones_kept() {
     let Some(url) = url() else { return };
     rt().block_on(async {
-        let prefix = common::unique_prefix("sweep");
-        let saver = RedisSaverBuilder::new(url.clone())
-            .key_prefix(prefix.clone())
-            .build()
-            .await
-            .unwrap();
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "sweep").await;
         let values = || stored_values(&url, &prefix, "t");
         let run = |r: &str| CheckpointMetadata::new().with("run_id", r);
         let (a, va) = step(
@@ -550,12 +530,8 @@ fn values_no_checkpoint_names_are_swept_and_shared_ones_kept() {
 fn a_refused_put_leaves_no_value_behind() {
     let Some(url) = url() else { return };
     rt().block_on(async {
-        let prefix = common::unique_prefix("refused");
-        let saver = RedisSaverBuilder::new(url.clone())
-            .key_prefix(prefix.clone())
-            .build()
-            .await
-            .unwrap();
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "refused").await;
         let values = || stored_values(&url, &prefix, "t");
         let cas = PutOptions::compare_and_set();
         let (a, va) = step(None, &[("doc", Some(val(json!("D".repeat(70_000)))))]);

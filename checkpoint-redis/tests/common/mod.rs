@@ -210,6 +210,13 @@ pub fn watchdog(pids: &[u32], dir: &Path, max: Duration) {
         .spawn();
 }
 
+/// `builder`'s saver under a fresh [`unique_prefix`] tagged `tag`, and that prefix.
+pub async fn build_fresh(builder: RedisSaverBuilder, tag: &str) -> (RedisSaver, String) {
+    let prefix = unique_prefix(tag);
+    let saver = builder.key_prefix(prefix.clone()).build().await.unwrap();
+    (saver, prefix)
+}
+
 /// `(plain values, manifests, chunks)` stored for `thread` under `prefix`, told apart by
 /// the field prefixes the chunked layout uses. `nodes` is one server URL, or the seed
 /// nodes of a Cluster (`cluster`), whose client routes the read to the thread's node.
@@ -256,8 +263,7 @@ pub async fn chunked_list_values(builder: RedisSaverBuilder, nodes: Vec<String>)
     };
     use conformance_tests::fixtures::{step, val};
 
-    let prefix = unique_prefix("chunks");
-    let saver = builder.key_prefix(prefix.clone()).build().await.unwrap();
+    let (saver, prefix) = build_fresh(builder, "chunks").await;
     let cluster = saver.is_cluster();
     let layout = || value_layout(&nodes, cluster, &prefix, "t");
     let run = |r: &str| CheckpointMetadata::new().with("run_id", r);
