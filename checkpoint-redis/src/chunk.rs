@@ -39,10 +39,11 @@ pub(crate) const CHUNK_PREFIX: &[u8] = b"\x01\x03";
 /// Field prefix of manifests (followed by the value's plain field).
 pub(crate) const MANIFEST_PREFIX: &[u8] = b"\x01\x04";
 
-/// A value split for storage: its manifest and its chunks as `(field, bytes)` pairs.
+/// A value split for storage: its manifest and its chunks as `(field, bytes)` pairs (the
+/// bytes are slices of the value's own buffer, not copies).
 pub(crate) struct Split {
     pub(crate) manifest: Vec<u8>,
-    pub(crate) chunks: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) chunks: Vec<(Vec<u8>, Bytes)>,
 }
 
 /// The manifest field of a value stored under `field`.
@@ -101,7 +102,7 @@ fn split_with(value: &TypedValue, previous: Option<&Memo>) -> Option<(Split, Mem
             id
         });
         manifest.extend_from_slice(&id);
-        chunks.push((chunk_field(&id), chunk.to_vec()));
+        chunks.push((chunk_field(&id), value.bytes.slice(start..end)));
         ranges.push((start, end, id));
         start = end;
     }

@@ -62,14 +62,16 @@ impl bb8::ManageConnection for Manager {
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
         // A new connection often follows a server restart, which empties the script cache:
-        // the put script is loaded first, so a put's `MULTI` rarely meets `NOSCRIPT` (its
-        // plain commands would run before the retry; readers skip what they leave, see the
-        // put script).
-        let _: Value = cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(&SCRIPTS.put.code)
-            .query_async(&mut conn)
-            .await?;
+        // the scripts a put runs after plain commands in one `MULTI` are loaded first, so
+        // such a `MULTI` rarely meets `NOSCRIPT` (its plain commands would run before the
+        // retry; see the put script for what readers do about that).
+        for script in [&SCRIPTS.touch, &SCRIPTS.put] {
+            let _: Value = cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&script.code)
+                .query_async(&mut conn)
+                .await?;
+        }
         Ok(PooledLink {
             conn,
             broken: false,
@@ -240,41 +242,55 @@ impl Link {
         }
     }
 
-    /// Single node only: runs `prelude` (plain commands, replies ignored) and then the
-    /// script in one `MULTI`/`EXEC`, one round trip. Nothing else runs in between, and a
-    /// script the server does not know yet is sent again with its code (the prelude with it,
-    /// so it must be idempotent; the call is retried like an idempotent [`Link::eval`]).
-    /// `None` on a Cluster, where the caller uses [`Link::eval`].
+    /// Single node only: runs `prelude` (plain commands) and then the script in one
+    /// `MULTI`/`EXEC`, one round trip, and returns the replies of the last `keep` prelude
+    /// commands followed by the script's. Nothing else runs in between. The transaction is
+    /// built once: if the server does not know the script (`NOSCRIPT`, after a script cache
+    /// flush), the script is loaded and the same transaction sent again, prelude included,
+    /// so the prelude must be idempotent; the call is retried like an idempotent
+    /// [`Link::eval`]. `None` on a Cluster, where the caller uses [`Link::eval`].
     pub(crate) async fn eval_after(
         &self,
-        prelude: &[Cmd],
+        prelude: Vec<Cmd>,
+        keep: usize,
         call: &Call<'_>,
-    ) -> Option<Result<Value, RedisSaverError>> {
+    ) -> Option<Result<Vec<Value>, RedisSaverError>> {
         let Link::Single { pool, epoch } = self else {
             return None;
         };
-        let transaction = |by_hash: bool| {
-            let mut p = redis::pipe();
-            p.atomic();
-            for c in prelude {
-                p.add_command(c.clone()).ignore();
+        let ignored = prelude.len().saturating_sub(keep);
+        let mut transaction = redis::pipe();
+        transaction.atomic();
+        for (i, c) in prelude.into_iter().enumerate() {
+            transaction.add_command(c);
+            if i < ignored {
+                transaction.ignore();
             }
-            p.add_command(call.command(by_hash));
-            p
-        };
+        }
+        transaction.add_command(call.command(true));
         let transaction = &transaction;
         let replies = Self::on_single(pool, epoch, true, |mut conn| async move {
-            match transaction(true).query_async::<Vec<Value>>(&mut conn).await {
-                Err(e) if no_script(&e) => transaction(false).query_async(&mut conn).await,
+            match transaction.query_async::<Vec<Value>>(&mut conn).await {
+                Err(e) if no_script(&e) => {
+                    let _: Value = cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(&call.script.code)
+                        .query_async(&mut conn)
+                        .await?;
+                    transaction.query_async(&mut conn).await
+                }
                 other => other,
             }
         })
         .await;
-        Some(replies.and_then(|mut replies| match replies.pop() {
-            Some(v) if replies.is_empty() => Ok(v),
-            _ => Err(RedisSaverError::Protocol(
-                "a MULTI/EXEC put answered an unexpected number of replies".into(),
-            )),
+        Some(replies.and_then(|replies| {
+            if replies.len() == keep + 1 {
+                Ok(replies)
+            } else {
+                Err(RedisSaverError::Protocol(
+                    "a MULTI/EXEC put answered an unexpected number of replies".into(),
+                ))
+            }
         }))
     }
 

@@ -304,6 +304,7 @@ pub(crate) const BL: usize = 1;
 pub(crate) const WI: usize = 2;
 pub(crate) const WV: usize = 3;
 pub(crate) const MI: usize = 4;
+pub(crate) const OPT: usize = 5;
 pub(crate) const LEASE: usize = 6;
 /// Position of the global index key when it follows a thread's keys (single node).
 pub(crate) const GMI: usize = THREAD_KEY_SUFFIXES.len();

@@ -884,10 +884,7 @@ impl Saver for RedisSaver {
                     manifests.push(field);
                     manifests.push(split.manifest.clone());
                     blobs.push(split.manifest);
-                    for (f, c) in split.chunks {
-                        chunks.push(f);
-                        chunks.push(c);
-                    }
+                    chunks.extend(split.chunks);
                 }
                 None => {
                     blobs.push(field);
@@ -905,83 +902,120 @@ impl Saver for RedisSaver {
             self.gindex(vec![s("A"), g.clone(), pack_list(&record.tokens)])
                 .await?;
         }
-        let mut args = vec![
-            self.ttl_arg(),
-            esc(thread_id),
-            options.fence.map(|f| s(f.to_string())).unwrap_or_default(),
-            s(if cas { "1" } else { "0" }),
-            esc(ns),
-            esc(&id),
-            parent.map(esc).unwrap_or_default(),
-            record.bytes,
-        ];
+        // The put script's arguments: ttl, thread, fence, cas, ns, id, parent, record, then
+        // the mode and its own arguments (see `PUT` in the scripts module).
+        let script_args = |record: Vec<u8>| {
+            vec![
+                self.ttl_arg(),
+                esc(thread_id),
+                options.fence.map(|f| s(f.to_string())).unwrap_or_default(),
+                s(if cas { "1" } else { "0" }),
+                esc(ns),
+                esc(&id),
+                parent.map(esc).unwrap_or_default(),
+                record,
+            ]
+        };
         let mi = thread_index_args(&id, ns, &record.tokens);
         let reply = if cluster {
+            let mut args = script_args(record.bytes);
             args.push(s("V"));
             args.push(s(mi.len().to_string()));
             args.extend(mi);
             args.push(s("0"));
-            args.extend(chunks);
+            for (field, chunk) in chunks {
+                args.push(field);
+                args.push(chunk.to_vec());
+            }
             args.extend(blobs);
             self.eval_thread(&SCRIPTS.put, thread_id, args, true)
                 .await?
         } else {
             // Single node: the values go in as plain `HSETNX`es in the same `MULTI`/`EXEC`
             // as the script, so they never pass through Lua (converting a 64 KB argument
-            // into a Lua string costs more than the whole rest of the script). A put the
-            // script may refuse (compare-and-set, fence) passes the index entries to it,
-            // to be added only once accepted, and the fields it wrote, to be swept if
-            // refused; any other put adds its index entries with plain `ZADD`s too.
-            let refusable = cas || options.fence.is_some();
+            // into a Lua string costs more than the whole rest of the script).
             let keys = self.thread_keys(thread_id, true);
             let gmi = global_index_args(&g, &record.tokens);
-            let mut prelude = Vec::with_capacity(blobs.len() / 2 + 3);
-            let mut written = Vec::new();
-            if !chunks.is_empty() {
-                // Chunks first: a manifest never names a chunk that is not there yet.
-                let mut c = redis::cmd("HSET");
-                c.arg(&keys[crate::keys::BL]);
-                let mut pairs = chunks.into_iter();
-                while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
-                    c.arg(&field[..]).arg(value);
-                    if refusable {
-                        written.push(field);
+            let refusable = cas || options.fence.is_some();
+            // Chunks first (a manifest never names a chunk that is not there yet), then
+            // the values, then, unless the script adds them once it accepts the put, the
+            // index entries.
+            let prelude = |index: bool| {
+                let mut prelude = Vec::with_capacity(blobs.len() / 2 + 4);
+                if !chunks.is_empty() {
+                    let mut c = redis::cmd("HSET");
+                    c.arg(&keys[crate::keys::BL]);
+                    for (field, chunk) in &chunks {
+                        c.arg(&field[..]).arg(&chunk[..]);
                     }
+                    prelude.push(c);
                 }
-                prelude.push(c);
-            }
-            let mut pairs = blobs.into_iter();
-            while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
+                for pair in blobs.chunks_exact(2) {
+                    let mut c = redis::cmd("HSETNX");
+                    c.arg(&keys[crate::keys::BL])
+                        .arg(&pair[0][..])
+                        .arg(&pair[1][..]);
+                    prelude.push(c);
+                }
+                if index {
+                    let mut c = redis::cmd("ZADD");
+                    c.arg(&keys[crate::keys::MI]).arg(&mi);
+                    prelude.push(c);
+                    let mut c = redis::cmd("ZADD");
+                    c.arg(&keys[crate::keys::GMI]).arg(&gmi);
+                    prelude.push(c);
+                }
+                prelude
+            };
+            if !refusable {
+                // An unconditional put (mode P): nothing can refuse it, so the record too
+                // is a plain `HSETNX`, and the only script is the TTL refresh, which needs
+                // the thread's settings. Every Lua argument and call costs, so this is the
+                // cheapest put that still applies a TTL atomically.
+                let mut first = prelude(true);
                 let mut c = redis::cmd("HSETNX");
-                c.arg(&keys[crate::keys::BL]).arg(&field[..]).arg(value);
-                prelude.push(c);
-                if refusable {
-                    written.push(field);
+                c.arg(&keys[crate::keys::CP])
+                    .arg(tref(&id, ns))
+                    .arg(&record.bytes[..]);
+                first.push(c);
+                let touch = Call {
+                    script: &SCRIPTS.touch,
+                    keys: keys[..=crate::keys::OPT].to_vec(),
+                    args: vec![self.ttl_arg()],
+                };
+                let replies = match self.inner.link.eval_after(first, 1, &touch).await {
+                    Some(r) => r?,
+                    None => return Err(protocol("a single-node put found a cluster link")),
+                };
+                if number(replies.first().ok_or_else(|| protocol("put reply"))?)? == 1 {
+                    return Ok(CheckpointConfig::new(thread_id)
+                        .with_ns(ns)
+                        .with_checkpoint_id(id));
                 }
+                // The id exists already: a re-put, which the script does (it replaces
+                // the record and drops what only the old one named). Sent whole again,
+                // so it stands alone whatever ran in between.
             }
+            let mut args = script_args(record.bytes.clone());
+            let index = !refusable;
             if refusable {
                 args.push(s("F"));
                 args.push(s(mi.len().to_string()));
-                args.extend(mi);
+                args.extend(mi.iter().cloned());
                 args.push(s(gmi.len().to_string()));
-                args.extend(gmi);
-                args.extend(written);
+                args.extend(gmi.iter().cloned());
+                args.extend(chunks.iter().map(|(field, _)| field.clone()));
+                args.extend(blobs.iter().step_by(2).cloned());
             } else {
                 args.push(s("P"));
-                let mut c = redis::cmd("ZADD");
-                c.arg(&keys[crate::keys::MI]).arg(mi);
-                prelude.push(c);
-                let mut c = redis::cmd("ZADD");
-                c.arg(&keys[crate::keys::GMI]).arg(gmi);
-                prelude.push(c);
             }
             let call = Call {
                 script: &SCRIPTS.put,
-                keys,
+                keys: keys.clone(),
                 args,
             };
-            match self.inner.link.eval_after(&prelude, &call).await {
-                Some(reply) => array(reply?)?,
+            match self.inner.link.eval_after(prelude(index), 0, &call).await {
+                Some(reply) => array(reply?.pop().ok_or_else(|| protocol("put reply"))?)?,
                 None => return Err(protocol("a single-node put found a cluster link")),
             }
         };

@@ -218,10 +218,10 @@ end
 /// Thread helpers: heads, tuple summaries.
 const THREAD_FNS: &str = r#"
 
--- The newest checkpoint of a namespace. Index entries without a record are skipped: a
--- put whose `MULTI` ran its plain `ZADD`s but not its script (`NOSCRIPT` after a script
--- cache flush, retried at once) leaves them until the retry, or for good if the caller
--- gave up in between.
+-- The newest checkpoint of a namespace. Index entries without a record are skipped: puts
+-- write a record in the same transaction as its entries, but a record removed by hand, or
+-- a put of an earlier release whose script met `NOSCRIPT`, leaves such a ghost, and a ghost
+-- must never become the head.
 local function head_idp(nsp)
   local p = BYNS .. nsp
   local max = '(' .. p .. HI
@@ -518,26 +518,14 @@ local function scan(cands, lo, hi, nscheck, nsskip, want, budget)
 end
 "#;
 
-/// The fast path of `put` (mode `P`, see [`PUT`]), ahead of the helper definitions: a new
-/// checkpoint whose values and index entries the client already wrote needs only its
-/// record stored. Anything else (a re-put) falls through to the full script.
-const PUT_FAST: &str = r#"
-if ARGV[9] == 'P' and ARGV[3] == '' and ARGV[4] == '0' then
-  if redis.call('HSETNX', CP, ARGV[6] .. ARGV[5], ARGV[8]) == 1 then
-    touch(ARGV[1])
-    return {'OK', false}
-  end
-end
-"#;
-
 /// `put`. ARGV: default ttl ms, esc(thread), fence or '', cas '1'/'0', esc(ns), esc(id),
 /// esc(parent) or '', record, then a mode:
 /// - `P` (single node, unconditional put): nothing more. The client wrote the values, the
 ///   chunks and the index entries (`ZADD`s) with plain commands in the same `MULTI`/`EXEC`
-///   ahead of this script, which only stores the record (or, on a re-put, replaces it and
-///   drops what the old one named alone). Every argument costs the script a Lua string, so
-///   the hot path passes none it does not need; a re-put parses the fields and tokens it
-///   needs from the record.
+///   ahead of this script, which stores the record, or replaces it and drops what the old
+///   one named alone. A new checkpoint never gets here: the client stores its record with
+///   a plain `HSETNX` and runs only [`TOUCH`]; this mode is its re-put, sent when that
+///   `HSETNX` found the id taken. It parses the fields and tokens it needs from the record.
 /// - `F` (single node, compare-and-set or fenced put, which the script may refuse): k, the
 ///   k arguments of the thread index `ZADD` (score, member pairs), g, the g arguments of the
 ///   global index `ZADD`, then the fields of the values and chunks the client wrote in the
@@ -626,6 +614,14 @@ end
 touch(ARGV[1])
 if old then return {'OK', pack(oldtoks)} end
 return {'OK', false}
+"#;
+
+/// The TTL refresh of a single-node unconditional put, which writes everything else with
+/// plain commands in the same `MULTI`/`EXEC`. KEYS: the thread's data keys and `OPT`
+/// (`CP` … `OPT`). ARGV: default ttl ms.
+const TOUCH: &str = r#"
+touch(ARGV[1])
+return 1
 "#;
 
 /// `put_writes`. ARGV: default ttl ms, esc(thread), fence or '', tref, replace '1'/'0',
@@ -960,6 +956,7 @@ return {'OK'}
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) put: Lua,
+    pub(crate) touch: Lua,
     pub(crate) put_writes: Lua,
     pub(crate) get: Lua,
     pub(crate) list: Lua,
@@ -1000,11 +997,12 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     put: script(
         THREAD_HEADER,
         &[
-            GUARD_FNS, PUT_FAST, BASE, GLOBAL_FNS, THREAD_FNS, CHUNK_FNS, SWEEP_FNS,
+            GUARD_FNS, BASE, GLOBAL_FNS, THREAD_FNS, CHUNK_FNS, SWEEP_FNS,
         ],
         PUT,
     ),
     put_writes: script(THREAD_HEADER, &[GUARD_FNS], PUT_WRITES),
+    touch: script(THREAD_HEADER, &[GUARD_FNS], TOUCH),
     get: script(
         THREAD_HEADER,
         &[GUARD_FNS, BASE, THREAD_FNS, CHUNK_FNS, LOAD_FNS],
@@ -1033,9 +1031,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 
 impl Scripts {
     /// Every script, for preloading with `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Lua; 18] {
+    pub(crate) fn all(&self) -> [&Lua; 19] {
         [
             &self.put,
+            &self.touch,
             &self.put_writes,
             &self.get,
             &self.list,

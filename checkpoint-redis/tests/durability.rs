@@ -267,9 +267,10 @@ fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
             .await
             .unwrap();
         let after = stats().await;
-        assert_eq!(after.0 - before.0, 1, "put is one EVALSHA");
-        // ... inside one MULTI/EXEC with the new value's HSETNX (one pipelined write, one
-        // reply): large values go in as plain commands, not through Lua.
+        // One script (the TTL refresh) inside one MULTI/EXEC with the new value's and the
+        // record's HSETNX (one pipelined write, one reply): values and the record go in as
+        // plain commands, not through Lua.
+        assert_eq!(after.0 - before.0, 1, "put runs one EVALSHA");
         assert_eq!(after.2 - before.2, 1, "put is one MULTI/EXEC");
         assert_eq!(after.3 - before.3, 2, "the value's HSETNX and the record's");
         // The index entries of an unconditional put are plain ZADDs in the same MULTI (one
@@ -316,12 +317,13 @@ fn put_put_writes_and_get_tuple_are_one_round_trip_each() {
     let _ = server.wait();
 }
 
-/// An unconditional put writes its index entries with plain `ZADD`s in the same
-/// `MULTI`/`EXEC` as its script. If the script is not cached (`SCRIPT FLUSH`, a restart
-/// without persistence), `EXEC` still runs the `ZADD`s and the saver sends the transaction
-/// again with `EVAL`; a caller that gives up in between leaves index entries without a
-/// record. Neither case may change what readers see: the latest checkpoint, compare-and-set
-/// and `prune` skip such entries.
+/// An unconditional put writes its record and index entries with plain commands in the
+/// same `MULTI`/`EXEC` as its TTL script. If the script is not cached (`SCRIPT FLUSH`),
+/// `EXEC` still runs the plain commands; the saver loads the script and sends the
+/// transaction again, finds its own record there and completes the put as a re-put. Index
+/// entries without a record (left by hand, or by an earlier release whose put script met
+/// `NOSCRIPT`) must not change what readers see either: the latest checkpoint,
+/// compare-and-set and `prune` skip them.
 #[test]
 fn a_put_whose_script_did_not_run_leaves_no_visible_trace() {
     let Some((mut server, url)) = private_server(7261, "noscript") else {
@@ -350,7 +352,7 @@ fn a_put_whose_script_did_not_run_leaves_no_visible_trace() {
             .unwrap();
 
         // The script cache is emptied: the next put's EVALSHA fails inside its MULTI, and
-        // the saver retries the whole transaction with EVAL.
+        // the saver loads the script and sends the transaction again.
         let _: () = redis::cmd("SCRIPT")
             .arg("FLUSH")
             .query_async(&mut admin)
@@ -377,8 +379,7 @@ fn a_put_whose_script_did_not_run_leaves_no_visible_trace() {
         // `\1 tref`, `\2 ns id` and 3 metadata tokens per checkpoint, none twice.
         assert_eq!(members.len(), 10, "{members:?}");
 
-        // What a put abandoned between the two transactions leaves: its index entries, with
-        // an id newer than every stored checkpoint, and no record.
+        // Index entries without a record, with an id newer than every stored checkpoint.
         let ghost = "ffffffff-ffff-7fff-bfff-ffffffffffff";
         let tref = format!("{ghost}\0\0");
         let _: () = redis::cmd("ZADD")

@@ -523,6 +523,65 @@ fn values_no_checkpoint_names_are_swept_and_shared_ones_kept() {
     });
 }
 
+/// A put of an id that exists already (a re-put) replaces its metadata in both indexes:
+/// on a single node the first transaction finds the record there and the script then
+/// replaces it and drops the index entries only the old metadata named.
+#[test]
+fn a_re_put_replaces_the_metadata_index_entries() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "reput").await;
+        let who = |w: &str| CheckpointMetadata::new().with("who", w);
+        let (c, v) = step(None, &[("a", Some(val(json!(1))))]);
+        let at = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                c.clone(),
+                who("x"),
+                v.clone(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        saver
+            .put(
+                &CheckpointConfig::new("t"),
+                c.clone(),
+                who("y"),
+                v,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        let t = saver.get_tuple(&at).await.unwrap().unwrap();
+        assert_eq!(t.metadata, who("y"));
+        let filtered = |thread: Option<&str>, w: &str| {
+            let o = match thread {
+                Some(thread) => ListOptions::thread(thread),
+                None => ListOptions::new(),
+            };
+            saver.list_all(o.filter("who", w))
+        };
+        for thread in [Some("t"), None] {
+            assert!(filtered(thread, "x").await.unwrap().is_empty());
+            assert_eq!(filtered(thread, "y").await.unwrap().len(), 1);
+        }
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg(format!("{prefix}:{{t}}:mi"))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        // `\1 tref`, `\2 ns id` and the one token of the new metadata.
+        assert_eq!(members.len(), 3, "{members:?}");
+        saver.purge().await.unwrap();
+    });
+}
+
 /// On a single node a put writes its values with plain `HSETNX`es ahead of the script in
 /// one `MULTI`/`EXEC`; a put the script then refuses (compare-and-set conflict, stale
 /// fence) leaves none of them behind.
