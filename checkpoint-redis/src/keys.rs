@@ -13,6 +13,7 @@
 //!   contract compares them, with ties broken by the following components.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 
 use checkpoint_core::ChannelVersion;
 use serde_json::Value;
@@ -20,14 +21,22 @@ use serde_json::Value;
 /// Encodes an identifier for use inside a key name (see the module docs).
 pub(crate) fn key_part(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
+    key_part_into(&mut out, s);
+    out
+}
+
+/// Appends [`key_part`]`(s)` to `out`.
+fn key_part_into(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
             out.push(b as char);
         } else {
-            let _ = write!(out, "%{b:02X}");
+            out.push('%');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 15)] as char);
         }
     }
-    out
 }
 
 /// Appends the order-preserving, self-delimiting encoding of `s` to `out`.
@@ -156,26 +165,32 @@ pub(crate) fn parse_idx8(b: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(arr) ^ (1 << 63)) as i64)
 }
 
-/// A channel version as stored in a blob field: `i<n>` or `s<string>`.
-pub(crate) fn version_str(v: &ChannelVersion) -> String {
+/// Appends a channel version as stored in a blob field: `i<n>` or `s<string>`.
+fn version_into(out: &mut Vec<u8>, v: &ChannelVersion) {
     match v {
-        ChannelVersion::Int(n) => format!("i{n}"),
-        ChannelVersion::Str(s) => format!("s{s}"),
+        ChannelVersion::Int(n) => {
+            out.push(b'i');
+            let _ = write!(out, "{n}");
+        }
+        ChannelVersion::Str(s) => {
+            out.push(b's');
+            out.extend_from_slice(s.as_bytes());
+        }
     }
 }
 
 /// The field of a channel value in the thread's blob hash: `esc(ns) esc(channel) version`.
 pub(crate) fn blob_field(ns: &str, channel: &str, version: &ChannelVersion) -> Vec<u8> {
-    let mut out = esc(ns);
+    let mut out = Vec::with_capacity(ns.len() + channel.len() + 52);
+    esc_into(&mut out, ns.as_bytes());
     esc_into(&mut out, channel.as_bytes());
-    out.extend_from_slice(version_str(version).as_bytes());
+    version_into(&mut out, version);
     out
 }
 
 /// Appends a length-prefixed string (`<len>:<bytes>`), the packing the scripts parse.
 pub(crate) fn netstr_into(out: &mut Vec<u8>, s: &[u8]) {
-    out.extend_from_slice(s.len().to_string().as_bytes());
-    out.push(b':');
+    let _ = write!(out, "{}:", s.len());
     out.extend_from_slice(s);
 }
 
@@ -264,7 +279,11 @@ const MAX_TOKEN: usize = 160;
 /// so `token \0 ref` members parse unambiguously.
 pub(crate) fn token(key: &str, value: &Value) -> String {
     let canon = canonical(value);
-    let readable = format!("k{}={}", key_part(key), key_part(&canon));
+    let mut readable = String::with_capacity(2 + 3 * (key.len() + canon.len()));
+    readable.push('k');
+    key_part_into(&mut readable, key);
+    readable.push('=');
+    key_part_into(&mut readable, &canon);
     if readable.len() <= MAX_TOKEN {
         return readable;
     }
@@ -432,6 +451,29 @@ mod tests {
         assert_eq!(unpack_list(&packed).unwrap(), items);
         assert!(unpack_list(b"5:ab").is_none());
         assert!(unpack_list(b"x:ab").is_none());
+    }
+
+    /// Tokens and value fields are stored in indexes and hashes, so their format must never
+    /// change: pinned here against literal strings.
+    #[test]
+    fn stored_token_and_field_formats_are_stable() {
+        assert_eq!(token("step", &json!(5)), "kstep=d5e0%3B");
+        assert_eq!(token("source", &json!("loop")), "ksource=s4%3Aloop");
+        assert_eq!(token("parents", &json!({})), "kparents=o0%3A");
+        assert_eq!(token("a b", &json!([1, "x"])), "ka%20b=a2%3Ad1e0%3Bs1%3Ax");
+        assert_eq!(
+            blob_field("", "messages", &ChannelVersion::Int(12)),
+            b"\0messages\0i12".to_vec()
+        );
+        assert_eq!(
+            blob_field("n\u{1}", "c", &ChannelVersion::Str("01.5".into())),
+            b"n\x01\x02\0c\0s01.5".to_vec()
+        );
+        let mut packed = Vec::new();
+        netstr_into(&mut packed, b"");
+        netstr_into(&mut packed, &[7u8; 12]);
+        assert_eq!(&packed[..5], b"0:12:");
+        assert_eq!(packed.len(), 5 + 12);
     }
 
     #[test]
