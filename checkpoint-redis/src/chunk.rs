@@ -69,32 +69,58 @@ pub(crate) fn split(value: &TypedValue) -> Option<Split> {
     split_with(value, None).map(|(split, _)| split)
 }
 
-/// [`split`], reusing the ids of `previous` (the last value split for the same channel of
-/// the same thread, see [`ChunkMemo`]) for chunks whose bytes equal the chunk at the same
-/// position there; only the others are hashed. Also returns what to remember of `value`.
+/// [`split`], reusing what `previous` (the last value split for the same channel of the same
+/// thread, see [`ChunkMemo`]) already worked out. When its elements are a prefix of this
+/// value's (a list that grew by appending, the usual case), its chunks but the last are
+/// this value's chunks too: the same elements close them by the same size rule. Only the
+/// elements after those are walked. A chunk whose bytes equal the chunk at the same
+/// position in `previous` takes its id; only the others are hashed. Also returns what to
+/// remember of `value`.
 fn split_with(value: &TypedValue, previous: Option<&Memo>) -> Option<(Split, Memo)> {
     if value.type_tag != ValueType::Msgpack || value.bytes.len() < MIN_CHUNKED_BYTES {
         return None;
     }
     let bytes = &value.bytes[..];
-    let (header, ends) = element_ends(bytes)?;
-    if ends.len() < 2 {
+    let (count, header) = array_header(bytes)?;
+    // Every element takes at least one byte: a count beyond the input is malformed.
+    if count < 2 || count > bytes.len() {
         return None;
     }
     let mut manifest = b"C".to_vec();
     netstr_into(&mut manifest, value.type_tag.as_str().as_bytes());
     netstr_into(&mut manifest, &bytes[..header]);
     let mut chunks = Vec::new();
-    let mut ranges = Vec::new();
+    let mut ranges: Vec<ChunkRange> = Vec::new();
     let mut start = header;
-    for (i, &end) in ends.iter().enumerate() {
-        if end - start < CHUNK_TARGET_BYTES && i + 1 < ends.len() {
+    let mut walked = 0;
+    if let Some((p, (_, reusable))) = previous.and_then(|p| Some((p, p.chunks.split_last()?))) {
+        let body = &p.value[p.header..];
+        if bytes.get(header..header + body.len()) == Some(body) {
+            for r in reusable {
+                let end = r.end - p.header + header;
+                manifest.extend_from_slice(&r.id);
+                chunks.push((chunk_field(&r.id), value.bytes.slice(start..end)));
+                ranges.push(ChunkRange { end, ..*r });
+                walked += r.elements;
+                start = end;
+            }
+        }
+    }
+    if walked > count {
+        return None;
+    }
+    let mut pos = start;
+    let mut elements = 0;
+    for i in walked..count {
+        pos = skip_value(bytes, pos)?;
+        elements += 1;
+        if pos - start < CHUNK_TARGET_BYTES && i + 1 < count {
             continue;
         }
-        let chunk = &bytes[start..end];
+        let chunk = &bytes[start..pos];
         let known = previous.and_then(|p| {
-            let &(s, e, id) = p.chunks.get(ranges.len())?;
-            (p.value.get(s..e) == Some(chunk)).then_some(id)
+            let r = p.chunks.get(ranges.len())?;
+            (p.value.get(r.end - r.len..r.end) == Some(chunk)).then_some(r.id)
         });
         let id = known.unwrap_or_else(|| {
             let mut id = [0u8; ID_LEN];
@@ -102,22 +128,43 @@ fn split_with(value: &TypedValue, previous: Option<&Memo>) -> Option<(Split, Mem
             id
         });
         manifest.extend_from_slice(&id);
-        chunks.push((chunk_field(&id), value.bytes.slice(start..end)));
-        ranges.push((start, end, id));
-        start = end;
+        chunks.push((chunk_field(&id), value.bytes.slice(start..pos)));
+        ranges.push(ChunkRange {
+            end: pos,
+            len: pos - start,
+            id,
+            elements,
+        });
+        start = pos;
+        elements = 0;
+    }
+    if pos != bytes.len() {
+        return None;
     }
     let memo = Memo {
         value: value.bytes.clone(),
+        header,
         chunks: ranges,
     };
     Some((Split { manifest, chunks }, memo))
 }
 
-/// What [`ChunkMemo`] keeps of a split value: its bytes (shared, not copied) and the
-/// `(start, end, id)` of each chunk.
+/// What [`ChunkMemo`] keeps of a split value: its bytes (shared, not copied), its array
+/// header's length and its chunks.
 struct Memo {
     value: Bytes,
-    chunks: Vec<(usize, usize, [u8; ID_LEN])>,
+    header: usize,
+    chunks: Vec<ChunkRange>,
+}
+
+/// One chunk of a remembered value: where it ends in the value, its length, its id and how
+/// many elements it holds.
+#[derive(Clone, Copy)]
+struct ChunkRange {
+    end: usize,
+    len: usize,
+    id: [u8; ID_LEN],
+    elements: usize,
 }
 
 /// Most values a [`ChunkMemo`] keeps, and most bytes they may hold in all; past either,
@@ -222,27 +269,15 @@ pub(crate) fn reassemble<'a>(
     Some(out)
 }
 
-/// For a MessagePack array filling `bytes` exactly: the header length and the end offset of
-/// each element. `None` for anything else (another type, truncated or trailing bytes).
-fn element_ends(bytes: &[u8]) -> Option<(usize, Vec<usize>)> {
-    let (count, header) = match *bytes.first()? {
-        m @ 0x90..=0x9f => (usize::from(m & 0x0f), 1),
-        0xdc => (usize::from(u16::from_be_bytes(get(bytes, 1)?)), 3),
-        0xdd => (usize::try_from(u32::from_be_bytes(get(bytes, 1)?)).ok()?, 5),
-        _ => return None,
-    };
-    // Every element takes at least one byte: a count beyond the input is malformed, and this
-    // bounds the allocation by the input's size.
-    if count > bytes.len() {
-        return None;
+/// The element count and header length of the MessagePack array `bytes` starts with;
+/// `None` for any other type.
+fn array_header(bytes: &[u8]) -> Option<(usize, usize)> {
+    match *bytes.first()? {
+        m @ 0x90..=0x9f => Some((usize::from(m & 0x0f), 1)),
+        0xdc => Some((usize::from(u16::from_be_bytes(get(bytes, 1)?)), 3)),
+        0xdd => Some((usize::try_from(u32::from_be_bytes(get(bytes, 1)?)).ok()?, 5)),
+        _ => None,
     }
-    let mut ends = Vec::with_capacity(count);
-    let mut pos = header;
-    for _ in 0..count {
-        pos = skip_value(bytes, pos)?;
-        ends.push(pos);
-    }
-    (pos == bytes.len()).then_some((header, ends))
 }
 
 /// The offset just past the MessagePack value starting at `pos`, without recursion (nested
@@ -464,6 +499,29 @@ mod tests {
             for v in [&v1, &v2, &v2, &v1] {
                 let fresh = split(v);
                 let memoized = memo.split(b"thread\0channel", v);
+                prop_assert_eq!(fresh.is_some(), memoized.is_some());
+                if let (Some(f), Some(m)) = (fresh, memoized) {
+                    prop_assert_eq!(f.manifest, m.manifest);
+                    prop_assert_eq!(f.chunks, m.chunks);
+                }
+            }
+        }
+
+        /// The usual case, a list that grows by appending, takes the memo's shortcut (its
+        /// chunks but the last reused without walking): still the same as a fresh split,
+        /// also when the array header grows (15 → 16+ elements, 1 → 3 header bytes).
+        #[test]
+        fn a_grown_list_splits_as_fresh(
+            first in proptest::collection::vec(".{0,300}", 2..20),
+            grow in proptest::collection::vec(".{0,300}", 0..6),
+        ) {
+            let mut second = first.clone();
+            second.extend(grow);
+            let memo = ChunkMemo::default();
+            for v in [&first, &second] {
+                let v = TypedValue::msgpack(v).unwrap();
+                let fresh = split(&v);
+                let memoized = memo.split(b"thread\0channel", &v);
                 prop_assert_eq!(fresh.is_some(), memoized.is_some());
                 if let (Some(f), Some(m)) = (fresh, memoized) {
                     prop_assert_eq!(f.manifest, m.manifest);

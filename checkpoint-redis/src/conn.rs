@@ -65,13 +65,11 @@ impl bb8::ManageConnection for Manager {
         // the scripts a put runs after plain commands in one `MULTI` are loaded first, so
         // such a `MULTI` rarely meets `NOSCRIPT` (its plain commands would run before the
         // retry; see the put script for what readers do about that).
+        let mut load = redis::pipe();
         for script in [&SCRIPTS.touch, &SCRIPTS.put] {
-            let _: Value = cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(&script.code)
-                .query_async(&mut conn)
-                .await?;
+            load.cmd("SCRIPT").arg("LOAD").arg(&script.code).ignore();
         }
+        let () = load.query_async(&mut conn).await?;
         Ok(PooledLink {
             conn,
             broken: false,
@@ -146,6 +144,9 @@ impl Call<'_> {
         c
     }
 }
+
+/// How many times [`Link::eval_after`] loads its script and resends after `NOSCRIPT`.
+const NOSCRIPT_RELOADS: usize = 3;
 
 fn no_script(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
@@ -246,9 +247,10 @@ impl Link {
     /// `MULTI`/`EXEC`, one round trip, and returns the replies of the last `keep` prelude
     /// commands followed by the script's. Nothing else runs in between. The transaction is
     /// built once: if the server does not know the script (`NOSCRIPT`, after a script cache
-    /// flush), the script is loaded and the same transaction sent again, prelude included,
-    /// so the prelude must be idempotent; the call is retried like an idempotent
-    /// [`Link::eval`]. `None` on a Cluster, where the caller uses [`Link::eval`].
+    /// flush), the script is loaded and the same transaction sent again, prelude included
+    /// (up to [`NOSCRIPT_RELOADS`] times), so the prelude must be idempotent; the call is
+    /// retried like an idempotent [`Link::eval`]. `None` on a Cluster, where the caller
+    /// uses [`Link::eval`].
     pub(crate) async fn eval_after(
         &self,
         prelude: Vec<Cmd>,
@@ -270,16 +272,20 @@ impl Link {
         transaction.add_command(call.command(true));
         let transaction = &transaction;
         let replies = Self::on_single(pool, epoch, true, |mut conn| async move {
-            match transaction.query_async::<Vec<Value>>(&mut conn).await {
-                Err(e) if no_script(&e) => {
-                    let _: Value = cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(&call.script.code)
-                        .query_async(&mut conn)
-                        .await?;
-                    transaction.query_async(&mut conn).await
+            // A flush can land between the load and the resend: a few tries.
+            let mut loads = 0;
+            loop {
+                match transaction.query_async::<Vec<Value>>(&mut conn).await {
+                    Err(e) if no_script(&e) && loads < NOSCRIPT_RELOADS => {
+                        loads += 1;
+                        let _: Value = cmd("SCRIPT")
+                            .arg("LOAD")
+                            .arg(&call.script.code)
+                            .query_async(&mut conn)
+                            .await?;
+                    }
+                    other => return other,
                 }
-                other => other,
             }
         })
         .await;

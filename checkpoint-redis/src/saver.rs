@@ -996,25 +996,25 @@ impl Saver for RedisSaver {
                 // the record and drops what only the old one named). Sent whole again,
                 // so it stands alone whatever ran in between.
             }
-            let mut args = script_args(record.bytes.clone());
-            let index = !refusable;
+            let prelude = prelude(!refusable);
+            let mut args = script_args(record.bytes);
             if refusable {
                 args.push(s("F"));
                 args.push(s(mi.len().to_string()));
-                args.extend(mi.iter().cloned());
+                args.extend(mi);
                 args.push(s(gmi.len().to_string()));
-                args.extend(gmi.iter().cloned());
-                args.extend(chunks.iter().map(|(field, _)| field.clone()));
-                args.extend(blobs.iter().step_by(2).cloned());
+                args.extend(gmi);
+                args.extend(chunks.into_iter().map(|(field, _)| field));
+                args.extend(blobs.into_iter().step_by(2));
             } else {
                 args.push(s("P"));
             }
             let call = Call {
                 script: &SCRIPTS.put,
-                keys: keys.clone(),
+                keys,
                 args,
             };
-            match self.inner.link.eval_after(prelude(index), 0, &call).await {
+            match self.inner.link.eval_after(prelude, 0, &call).await {
                 Some(reply) => array(reply?.pop().ok_or_else(|| protocol("put reply"))?)?,
                 None => return Err(protocol("a single-node put found a cluster link")),
             }

@@ -23,8 +23,9 @@ impl Lua {
     }
 }
 
-/// Key bindings of thread scripts: `KEYS[1..8]` are the thread's keys, `KEYS[9]` the
-/// global index key when the script maintains it inline (single node).
+/// Key bindings of thread scripts: `KEYS[1..7]` are the thread's keys, `KEYS[8]` the
+/// global index key when the script maintains it inline (single node). [`TOUCH`] gets
+/// only `KEYS[1..6]` (`CP` … `OPT`).
 ///
 /// The thread's sorted index `MI` holds three kinds of members, told apart by their first
 /// byte (metadata tokens are printable, so they never start with `\1` or `\2`):
@@ -579,7 +580,8 @@ end
 if mode == 'V' then
   for i = tail, #ARGV, 2 do redis.call('HSETNX', BL, ARGV[i], ARGV[i + 1]) end
 end
--- A new checkpoint (the usual case) is stored with one HSETNX; a re-put replaces.
+-- A new checkpoint is stored with one HSETNX; a re-put replaces. (In mode P the client
+-- stored a new record itself: this is a re-put, or a put whose id vanished in between.)
 if not known and redis.call('HSETNX', CP, tref, rec) == 0 then
   old, known = redis.call('HGET', CP, tref), true
 end

@@ -78,6 +78,8 @@ fn aof_restart_loses_no_acknowledged_write_and_the_saver_reconnects() {
             let saver = Arc::clone(&saver);
             let acked = Arc::clone(&acked);
             tokio::spawn(async move {
+                // A server that never comes back fails the test instead of hanging it.
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
                 let mut failures = Vec::new();
                 let mut chain: Vec<(CheckpointConfig, Checkpoint)> = Vec::new();
                 for i in 0..N {
@@ -103,6 +105,10 @@ fn aof_restart_loses_no_acknowledged_write_and_the_saver_reconnects() {
                         {
                             Ok(config) => break config,
                             Err(e) => {
+                                assert!(
+                                    std::time::Instant::now() < deadline,
+                                    "the server did not come back within 60 s: {e:?}"
+                                );
                                 failures.push(e);
                                 tokio::time::sleep(Duration::from_millis(25)).await;
                             }
@@ -120,6 +126,10 @@ fn aof_restart_loses_no_acknowledged_write_and_the_saver_reconnects() {
                         {
                             Ok(()) => break,
                             Err(e) => {
+                                assert!(
+                                    std::time::Instant::now() < deadline,
+                                    "the server did not come back within 60 s: {e:?}"
+                                );
                                 failures.push(e);
                                 tokio::time::sleep(Duration::from_millis(25)).await;
                             }
