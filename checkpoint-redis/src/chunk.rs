@@ -436,6 +436,47 @@ mod tests {
         })
     }
 
+    /// A split through `memo` equals a fresh split of `v`.
+    fn splits_as_fresh(memo: &ChunkMemo, v: &TypedValue) -> Result<(), TestCaseError> {
+        let fresh = split(v);
+        let memoized = memo.split(b"thread\0channel", v);
+        prop_assert_eq!(fresh.is_some(), memoized.is_some());
+        if let (Some(f), Some(m)) = (fresh, memoized) {
+            prop_assert_eq!(f.manifest, m.manifest);
+            prop_assert_eq!(f.chunks, m.chunks);
+        }
+        Ok(())
+    }
+
+    /// The shortcut is taken for a grown list: the chunks but the last come from the memo
+    /// as they are, neither compared nor hashed (shown by planted ids and lengths, which a
+    /// comparison would reject and a hash replace), and from the last one on the list is
+    /// walked and hashed again.
+    #[test]
+    fn a_grown_list_reuses_the_memo_without_walking_it() {
+        let msg = |k: usize| serde_json::json!({"id": format!("m{k}"), "content": "x".repeat(600)});
+        let first = TypedValue::msgpack(&(0..4).map(msg).collect::<Vec<_>>()).unwrap();
+        let grown = TypedValue::msgpack(&(0..6).map(msg).collect::<Vec<_>>()).unwrap();
+        let (s1, mut memo) = split_with(&first, None).unwrap();
+        assert_eq!(s1.chunks.len(), 4);
+        let planted = [7u8; ID_LEN];
+        for r in &mut memo.chunks {
+            r.id = planted;
+            r.len = 0;
+        }
+        let (s2, _) = split_with(&grown, Some(&memo)).unwrap();
+        let fresh = split(&grown).unwrap();
+        assert_eq!(s2.chunks.len(), 6);
+        for (i, ((f2, b2), (ff, bf))) in s2.chunks.iter().zip(&fresh.chunks).enumerate() {
+            assert_eq!(b2, bf, "chunk {i} bytes");
+            if i < 3 {
+                assert_eq!(f2, &chunk_field(&planted), "chunk {i} taken from the memo");
+            } else {
+                assert_eq!(f2, ff, "chunk {i} hashed");
+            }
+        }
+    }
+
     #[test]
     fn the_memo_forgets_deleted_threads_and_accounts_its_bytes() {
         let msg = |k: usize| serde_json::json!({"id": format!("m{k}"), "content": "x".repeat(600)});
@@ -497,13 +538,7 @@ mod tests {
             let memo = ChunkMemo::default();
             let (v1, v2) = (TypedValue::msgpack(&first).unwrap(), TypedValue::msgpack(&second).unwrap());
             for v in [&v1, &v2, &v2, &v1] {
-                let fresh = split(v);
-                let memoized = memo.split(b"thread\0channel", v);
-                prop_assert_eq!(fresh.is_some(), memoized.is_some());
-                if let (Some(f), Some(m)) = (fresh, memoized) {
-                    prop_assert_eq!(f.manifest, m.manifest);
-                    prop_assert_eq!(f.chunks, m.chunks);
-                }
+                splits_as_fresh(&memo, v)?;
             }
         }
 
@@ -519,14 +554,7 @@ mod tests {
             second.extend(grow);
             let memo = ChunkMemo::default();
             for v in [&first, &second] {
-                let v = TypedValue::msgpack(v).unwrap();
-                let fresh = split(&v);
-                let memoized = memo.split(b"thread\0channel", &v);
-                prop_assert_eq!(fresh.is_some(), memoized.is_some());
-                if let (Some(f), Some(m)) = (fresh, memoized) {
-                    prop_assert_eq!(f.manifest, m.manifest);
-                    prop_assert_eq!(f.chunks, m.chunks);
-                }
+                splits_as_fresh(&memo, &TypedValue::msgpack(v).unwrap())?;
             }
         }
 
