@@ -569,15 +569,23 @@ fn a_re_put_replaces_the_metadata_index_entries() {
         }
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-            .arg(format!("{prefix}:{{t}}:mi"))
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let members = common::zrange_all(&mut conn, &format!("{prefix}:{{t}}:mi")).await;
         // `\1 tref`, `\2 ns id` and the one token of the new metadata.
         assert_eq!(members.len(), 3, "{members:?}");
+        assert!(members.iter().any(|m| m.starts_with(b"kwho=s1%3Ay\0")));
+        // The global index likewise: `\1 gref pack(tokens)` with the new tokens only, and
+        // the new token's entry; the checkpoint is listed once.
+        let global = common::zrange_all(&mut conn, &format!("{prefix}:{{%g}}:mi")).await;
+        assert_eq!(global.len(), 2, "{global:?}");
+        assert!(global.iter().any(|m| m.starts_with(b"kwho=s1%3Ay\0")));
+        let old_token = b"kwho=s1%3Ax";
+        assert!(
+            !global
+                .iter()
+                .any(|m| m.windows(old_token.len()).any(|w| w == old_token)),
+            "nothing names the old metadata: {global:?}"
+        );
+        assert_eq!(saver.list_all(ListOptions::new()).await.unwrap().len(), 1);
         // What a re-put whose second transaction never ran leaves: an entry of metadata
         // the stored record does not have. Filtered lists re-check and skip it.
         let token = members

@@ -356,3 +356,14 @@ pub async fn chunked_list_values(builder: RedisSaverBuilder, nodes: Vec<String>)
     assert_eq!(layout().await, (0, 0, 0), "nothing names a chunk any more");
     saver.purge().await.unwrap();
 }
+
+/// Every member of the sorted set `key`, in order.
+pub async fn zrange_all(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<Vec<u8>> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
