@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+
 # Service scripts append commands here to stop what they started; run on exit.
 cleanup_cmds=()
 run_cleanup() { for c in "${cleanup_cmds[@]+"${cleanup_cmds[@]}"}"; do eval "$c" || true; done; }
@@ -29,5 +32,5 @@ cargo test --workspace --all-targets --all-features --no-fail-fast
 cargo test --workspace --all-features --doc
 
 echo "==> conformance suite size"
-cargo test -q -p conformance-tests --test conformance every_clause_is_registered_once -- --nocapture 2>&1 \
+cargo test -q -p checkpoint-conformance --test integration every_clause_is_registered_once -- --nocapture 2>&1 \
   | grep -E '^conformance suite: [0-9]+ clauses$'

@@ -44,7 +44,7 @@ impl Message {
     /// Message `k` with its content.
     pub fn new(k: usize, content: &str) -> Self {
         Self {
-            kind: if k % 2 == 0 { "human" } else { "ai" }.to_owned(),
+            kind: if k.is_multiple_of(2) { "human" } else { "ai" }.to_owned(),
             id: format!("msg-{k:04}"),
             content: content.to_owned(),
         }

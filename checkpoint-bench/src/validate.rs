@@ -120,14 +120,14 @@ impl Validation {
             || format!("{}: channel_versions differ", at()),
         );
         let values = &t.checkpoint.channel_values;
-        if let Some(messages) = self.decode::<Vec<Message>>(&at(), MESSAGES, values.get(MESSAGES)) {
-            if self.check(messages.len() == n + 1, || {
+        if let Some(messages) = self.decode::<Vec<Message>>(&at(), MESSAGES, values.get(MESSAGES))
+            && self.check(messages.len() == n + 1, || {
                 format!("{}: {} messages, expected {}", at(), messages.len(), n + 1)
-            }) {
-                self.check(messages == payload.messages(n), || {
-                    format!("{}: messages differ from what was written", at())
-                });
-            }
+            })
+        {
+            self.check(messages == payload.messages(n), || {
+                format!("{}: messages differ from what was written", at())
+            });
         }
         if let Some(scratch) = self.decode::<String>(&at(), SCRATCH, values.get(SCRATCH)) {
             self.check(scratch == payload.steps[n].scratch, || {

@@ -131,6 +131,32 @@ impl Error {
         matches!(self, Error::Unavailable { .. })
     }
 
+    /// A stable, lower-case name of the variant (`"conflict"`, `"unavailable"`, ...), for
+    /// logs, metrics and bindings that map errors to their own types.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "not_found",
+            Error::Conflict { .. } => "conflict",
+            Error::StaleFence { .. } => "stale_fence",
+            Error::InvalidInput { .. } => "invalid_input",
+            Error::Rejected { .. } => "rejected",
+            Error::Unsupported { .. } => "unsupported",
+            Error::Serialization { .. } => "serialization",
+            Error::LimitExceeded { .. } => "limit_exceeded",
+            Error::Unavailable { .. } => "unavailable",
+            Error::Backend { .. } => "backend",
+        }
+    }
+
+    /// [`Error::StaleFence`] for a thread's lease: `token` is not `current`.
+    pub fn stale_lease(thread_id: &str, token: u64, current: u64) -> Self {
+        Error::StaleFence {
+            scope: format!("thread {thread_id:?}"),
+            token,
+            current,
+        }
+    }
+
     /// Shorthand for [`Error::InvalidInput`].
     pub fn invalid(reason: impl Into<String>) -> Self {
         Error::InvalidInput {

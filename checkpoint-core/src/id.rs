@@ -34,18 +34,6 @@ fn next_ticks() -> u64 {
     ticks
 }
 
-/// Builds the canonical UUIDv6 for a 60-bit Gregorian timestamp, a 14-bit clock sequence and
-/// a 48-bit node.
-fn uuid6(ticks: u64, clock_seq: u16, node: u64) -> uuid::Uuid {
-    let ticks = ticks & 0x0FFF_FFFF_FFFF_FFFF;
-    let time_high_mid = ticks >> 12; // 48 bits
-    let time_low = ticks & 0x0FFF; // 12 bits
-    let hi: u64 = (time_high_mid << 16) | (0x6 << 12) | time_low;
-    let lo: u64 =
-        (0b10u64 << 62) | (u64::from(clock_seq & 0x3FFF) << 48) | (node & 0xFFFF_FFFF_FFFF);
-    uuid::Uuid::from_u64_pair(hi, lo)
-}
-
 /// Returns a new checkpoint id: a 36-character lowercase UUIDv6 string, strictly greater than
 /// every id this process returned before.
 ///
@@ -58,9 +46,15 @@ fn uuid6(ticks: u64, clock_seq: u16, node: u64) -> uuid::Uuid {
 pub fn new_checkpoint_id() -> String {
     let ticks = next_ticks();
     let mut rng = rand::rng();
-    let clock_seq: u16 = rng.random();
-    let node: u64 = rng.random::<u64>() | (1 << 40); // multicast bit: a random node id
-    uuid6(ticks, clock_seq, node).hyphenated().to_string()
+    // The 14-bit clock sequence and a random 48-bit node with the multicast bit set (RFC
+    // 9562: a node id that is not a MAC address); `uuid` sets version and variant.
+    let clock_seq: u16 = rng.random::<u16>() & 0x3FFF;
+    let mut node: [u8; 6] = rng.random();
+    node[0] |= 0x01;
+    uuid::Builder::from_sorted_gregorian_timestamp(ticks, clock_seq, &node)
+        .into_uuid()
+        .hyphenated()
+        .to_string()
 }
 
 /// The timestamp embedded in a UUIDv6 id, as milliseconds since the Unix epoch, or `None`
@@ -70,8 +64,7 @@ pub fn checkpoint_id_unix_millis(id: &str) -> Option<u64> {
     if uuid.get_version_num() != 6 {
         return None;
     }
-    let (hi, _) = uuid.as_u64_pair();
-    let ticks = ((hi >> 16) << 12) | (hi & 0x0FFF);
+    let (ticks, _) = uuid.get_timestamp()?.to_gregorian();
     Some(ticks.checked_sub(GREGORIAN_OFFSET)? / 10_000)
 }
 

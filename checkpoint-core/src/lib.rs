@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod backend;
 mod checkpoint;
 mod config;
 mod error;
@@ -7,7 +8,9 @@ mod id;
 mod lease;
 mod memory;
 mod metadata;
+mod options;
 mod saver;
+mod trace;
 mod tuple;
 mod value;
 mod version;
@@ -20,11 +23,13 @@ pub use id::{checkpoint_id_unix_millis, new_checkpoint_id};
 pub use lease::{Claim, Lease};
 pub use memory::InMemorySaver;
 pub use metadata::{CheckpointMetadata, Source, json_equal};
-pub use saver::{
-    Capabilities, ListOptions, PruneStrategy, PutMode, PutOptions, PutWritesOptions, Saver,
-    SaverExt, validate_claim_request, validate_lease_request, validate_put,
+pub use options::{
+    Capabilities, ListOptions, PruneStrategy, PutMode, PutOptions, PutWritesOptions,
 };
+pub use saver::{Saver, SaverExt};
+pub use trace::{Tracing, TracingLayer};
 pub use tuple::CheckpointTuple;
+pub use value::msgpack;
 pub use value::{DecodeLimits, Format, Serializer, TypedValue, ValueType, decode_msgpack};
 pub use version::{ChannelVersion, ChannelVersions, next_version};
 pub use writes::{PendingWrite, SPECIAL_CHANNELS};

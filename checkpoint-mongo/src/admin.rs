@@ -15,13 +15,14 @@ use mongodb::{ClientSession, Collection};
 
 use checkpoint_core::{Error, PruneStrategy, Result};
 
+use crate::chunk;
 use crate::codec::{self, WriteEntry};
+use crate::core::Inner;
 use crate::error::{MongoError, only_duplicate_keys};
 use crate::keys;
+use crate::keys::IDENTIFIERS;
 use crate::read;
-use crate::saver::Inner;
 use crate::txn;
-use crate::write::delete_chunks;
 
 /// Documents per insert batch when copying.
 const COPY_BATCH: usize = 256;
@@ -216,7 +217,7 @@ async fn collect_namespace(
         )
         .await?;
     }
-    delete_chunks(inner, thread_id, blobs, session).await
+    chunk::delete_chunks(inner, thread_id, blobs, session).await
 }
 
 fn entry_blobs(writes_doc: &Document) -> Vec<ObjectId> {
@@ -350,7 +351,7 @@ pub(crate) async fn copy_thread(inner: &Arc<Inner>, source: &str, target: &str) 
     if target.is_empty() {
         return Err(Error::invalid("copy_thread target has an empty thread id"));
     }
-    codec::check_identifier("copy_thread target", target)?;
+    IDENTIFIERS.check("copy_thread target", target)?;
     if source.is_empty() || source == target {
         return Ok(());
     }

@@ -10,17 +10,11 @@ use std::time::{Duration, SystemTime};
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Binary, Bson, DateTime, Document, doc, oid::ObjectId};
 
-use checkpoint_core::{
-    Bytes, Checkpoint, CheckpointMetadata, Error, Result, TypedValue, ValueType,
-};
+use checkpoint_core::{Checkpoint, CheckpointMetadata, Error, Result, TypedValue, ValueType};
 
 use crate::error::MongoError;
 use crate::keys;
 
-/// Longest identifier (thread id, namespace, checkpoint id, channel, task id, task path)
-/// accepted: identifiers are repeated in document ids and index keys, and must leave every
-/// document far below the 16 MiB BSON limit.
-pub(crate) const MAX_IDENTIFIER_BYTES: usize = 256 * 1024;
 /// Largest checkpoint document (without values) or metadata accepted.
 pub(crate) const MAX_CHECKPOINT_BYTES: usize = 8 * 1024 * 1024;
 /// Inline bytes one pending-writes document may hold; larger values go to chunks.
@@ -31,17 +25,6 @@ pub(crate) const MAX_OUTCOME_BYTES: usize = 8 * 1024 * 1024;
 /// that the TTL monitor (which runs every 60 s and deletes in no particular order) never
 /// removes a value before the checkpoints that load it.
 pub(crate) const VALUE_TTL_GRACE: Duration = Duration::from_secs(15 * 60);
-
-/// Rejects an identifier that cannot be stored.
-pub(crate) fn check_identifier(what: &str, value: &str) -> Result<()> {
-    if value.len() > MAX_IDENTIFIER_BYTES {
-        return Err(Error::invalid(format!(
-            "{what} is {} bytes long; the MongoDB saver stores identifiers of at most {MAX_IDENTIFIER_BYTES} bytes",
-            value.len()
-        )));
-    }
-    Ok(())
-}
 
 /// `now + ttl` as a BSON date, for the TTL index field `x`.
 pub(crate) fn expiry(ttl: Duration) -> DateTime {
@@ -411,30 +394,86 @@ pub(crate) fn writes_row(mut doc: Document) -> Result<WritesRow, MongoError> {
     })
 }
 
-/// Reassembles a chunked value from its chunks, in order.
-pub(crate) fn join_chunks(
-    type_tag: ValueType,
-    len: usize,
-    count: u32,
-    parts: &[Vec<u8>],
-) -> Result<TypedValue, MongoError> {
-    if parts.len() != count as usize {
-        return Err(MongoError::corrupt(
-            "chunked value",
-            format!("{} of {count} chunks found", parts.len()),
-        ));
+/// Inline bytes a pending-writes document may reach after merging several calls.
+pub(crate) const MAX_MERGED_WRITES_BYTES: usize = 12 * 1024 * 1024;
+
+/// A `put_writes` call, prepared.
+pub(crate) struct PreparedWrites {
+    pub(crate) thread_id: String,
+    pub(crate) ns: String,
+    pub(crate) checkpoint_id: String,
+    pub(crate) task_id: String,
+    pub(crate) fence: Option<u64>,
+    /// Special-channel-only call: replaces existing entries.
+    pub(crate) replace: bool,
+    pub(crate) entries: Vec<WriteEntry>,
+    pub(crate) chunks: Vec<PendingChunks>,
+    pub(crate) x: Option<DateTime>,
+}
+
+impl PreparedWrites {
+    /// The filter of this task's document (its unique key).
+    pub(crate) fn key(&self) -> Document {
+        doc! {
+            "t": self.thread_id.as_str(),
+            "n": self.ns.as_str(),
+            "c": self.checkpoint_id.as_str(),
+            "k": self.task_id.as_str(),
+        }
     }
-    let mut bytes = Vec::with_capacity(len);
-    for p in parts {
-        bytes.extend_from_slice(p);
+
+    pub(crate) fn doc(&self, revision: i64, entries: &[WriteEntry]) -> Document {
+        let mut d = doc! {
+            "t": self.thread_id.as_str(),
+            "n": self.ns.as_str(),
+            "c": self.checkpoint_id.as_str(),
+            "k": self.task_id.as_str(),
+            "a": keys::doc_id(&[&self.thread_id, &self.ns, &self.checkpoint_id]),
+            "r": revision,
+            "w": entries.iter().map(|e| Bson::Document(e.to_doc())).collect::<Vec<_>>(),
+        };
+        if let Some(x) = self.x {
+            d.insert("x", x);
+        }
+        d
     }
-    if bytes.len() != len {
-        return Err(MongoError::corrupt(
-            "chunked value",
-            format!("chunks hold {} bytes, expected {len}", bytes.len()),
-        ));
+
+    /// Merges this call into existing entries by the contract's rule. Returns the merged
+    /// entries (or `None` when nothing changes) and the chunk groups no longer referenced.
+    pub(crate) fn merge(
+        &self,
+        existing: &[WriteEntry],
+    ) -> Result<(Option<Vec<WriteEntry>>, Vec<ObjectId>), MongoError> {
+        let mut merged: Vec<WriteEntry> = existing.to_vec();
+        let mut dropped = Vec::new();
+        let mut changed = false;
+        for e in &self.entries {
+            match merged.iter().position(|m| m.idx == e.idx) {
+                Some(i) if self.replace => {
+                    dropped.extend(merged[i].blob());
+                    merged[i] = e.clone();
+                    changed = true;
+                }
+                Some(_) => dropped.extend(e.blob()),
+                None => {
+                    merged.push(e.clone());
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return Ok((None, dropped));
+        }
+        let inline: usize = merged.iter().map(WriteEntry::inline_len).sum();
+        if inline > MAX_MERGED_WRITES_BYTES {
+            return Err(Error::invalid(format!(
+                "the pending writes of task {:?} on checkpoint {:?} would hold {inline} bytes inline; at most {MAX_MERGED_WRITES_BYTES} are stored per task and checkpoint",
+                self.task_id, self.checkpoint_id
+            ))
+            .into());
+        }
+        Ok((Some(merged), dropped))
     }
-    Ok(TypedValue::new(type_tag, Bytes::from(bytes)))
 }
 
 #[cfg(test)]
@@ -495,8 +534,13 @@ mod tests {
                 blob,
             } => {
                 assert_eq!(blob, chunks.blob);
-                assert_eq!(join_chunks(type_tag, len, count, &parts).unwrap(), v);
-                assert!(join_chunks(ValueType::Bytes, len, count, &parts[..2]).is_err());
+                assert_eq!(
+                    crate::chunk::join_chunks(type_tag, len, count, &parts).unwrap(),
+                    v
+                );
+                assert!(
+                    crate::chunk::join_chunks(ValueType::Bytes, len, count, &parts[..2]).is_err()
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -509,9 +553,13 @@ mod tests {
 
     #[test]
     fn identifiers_over_the_limit_are_invalid_input() {
-        assert!(check_identifier("thread_id", &"x".repeat(64 * 1024)).is_ok());
+        let ids = crate::keys::IDENTIFIERS;
+        assert!(ids.check("thread_id", &"x".repeat(64 * 1024)).is_ok());
         assert!(matches!(
-            check_identifier("thread_id", &"x".repeat(MAX_IDENTIFIER_BYTES + 1)),
+            ids.check(
+                "thread_id",
+                &"x".repeat(crate::keys::MAX_IDENTIFIER_BYTES + 1)
+            ),
             Err(Error::InvalidInput { .. })
         ));
     }

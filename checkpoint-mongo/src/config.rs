@@ -221,12 +221,12 @@ impl MongoConfig {
                 "MongoConfig::chunk_size must be between {MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE} bytes"
             )));
         }
-        if let Some(ttl) = self.ttl {
-            if ttl < Duration::from_secs(1) {
-                return Err(Error::invalid(
-                    "MongoConfig::ttl must be at least one second",
-                ));
-            }
+        if let Some(ttl) = self.ttl
+            && ttl < Duration::from_secs(1)
+        {
+            return Err(Error::invalid(
+                "MongoConfig::ttl must be at least one second",
+            ));
         }
         Ok(())
     }

@@ -16,14 +16,13 @@ use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, DateTime, Document, doc};
 use mongodb::options::ReturnDocument;
 
-use checkpoint_core::{
-    Claim, Error, Lease, Result, TypedValue, ValueType, validate_claim_request,
-    validate_lease_request,
-};
+use checkpoint_core::backend::validate_lease_request;
+use checkpoint_core::{Claim, Error, Lease, Result, TypedValue, ValueType};
 
 use crate::codec::{self, MAX_OUTCOME_BYTES};
+use crate::core::Inner;
 use crate::error::{MongoError, driver, is_duplicate_key};
-use crate::saver::Inner;
+use crate::keys::IDENTIFIERS;
 
 /// The server's current time in milliseconds, inside a pipeline.
 fn now_ms() -> Bson {
@@ -111,9 +110,7 @@ pub(crate) async fn acquire_lease(
     ttl: Duration,
 ) -> Result<Option<Lease>> {
     unsupported(inner)?;
-    validate_lease_request(thread_id, holder, ttl)?;
-    codec::check_identifier("thread_id", thread_id)?;
-    codec::check_identifier("lease holder", holder)?;
+    IDENTIFIERS.check_lease(thread_id, holder, ttl)?;
     let me = doc! { "$literal": holder };
     // free: no holder (never leased, or released) or expired.
     // mine: held, live, by this holder.
@@ -170,11 +167,11 @@ pub(crate) async fn renew_lease(inner: &Inner, lease: &Lease, ttl: Duration) -> 
             ..lease.clone()
         });
     }
-    Err(Error::StaleFence {
-        scope: format!("thread {:?}", lease.thread_id),
-        token: lease.token,
-        current: current_lease_token(inner, &lease.thread_id).await?,
-    })
+    Err(Error::stale_lease(
+        &lease.thread_id,
+        lease.token,
+        current_lease_token(inner, &lease.thread_id).await?,
+    ))
 }
 
 pub(crate) async fn release_lease(inner: &Inner, lease: &Lease) -> Result<()> {
@@ -214,8 +211,7 @@ fn outcome_of(doc: &Document) -> Result<TypedValue> {
 }
 
 pub(crate) async fn claim(inner: &Inner, key: &str, ttl: Duration) -> Result<Claim> {
-    validate_claim_request(key, ttl)?;
-    codec::check_identifier("ledger key", key)?;
+    IDENTIFIERS.check_claim(key, ttl)?;
     // Take the key when it is new, abandoned or its pending claim expired; record the
     // server's time of this call (`at`) to report how long a pending claim has left.
     let pipeline = vec![

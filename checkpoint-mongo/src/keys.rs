@@ -4,11 +4,17 @@
 //! Every encoding here is injective and produces plain strings that are only ever compared
 //! for equality or order, never interpreted: a `$`, a `.` or a NUL in an identifier is data.
 
-use std::fmt::Write as _;
-
 use serde_json::{Map, Value};
 
+use checkpoint_core::backend::{Identifiers, canonical_json_into, digest128};
 use checkpoint_core::{ChannelVersion, CheckpointMetadata};
+
+/// Longest identifier (thread id, namespace, checkpoint id, channel, task id, task path)
+/// accepted: identifiers are repeated in document ids and index keys, and must leave every
+/// document far below the 16 MiB BSON limit.
+pub(crate) const MAX_IDENTIFIER_BYTES: usize = 256 * 1024;
+/// What this backend stores as an identifier: up to [`MAX_IDENTIFIER_BYTES`], any string.
+pub(crate) const IDENTIFIERS: Identifiers = Identifiers::new("MongoDB", MAX_IDENTIFIER_BYTES);
 
 /// A document id made of several identifiers: their JSON array (`["t","ns","id"]`).
 /// JSON string escaping makes it injective, and the result is valid UTF-8 without NUL.
@@ -86,54 +92,11 @@ pub(crate) const MAX_PAIRED_KEYS: usize = 12;
 /// lookup return a candidate more; every candidate is checked exactly after loading).
 const MAX_ENTRY_LEN: usize = 64;
 
-/// Canonical text of a JSON value for equality as [`checkpoint_core::json_equal`] defines
-/// it: numbers by their `f64` value (so `5` and `5.0` agree; `-0.0` is `0.0`), object keys
-/// sorted. Values equal under `json_equal` always get the same text; the converse can fail
-/// for integers beyond 2^53, which is why candidates are re-checked exactly.
-pub(crate) fn canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => {
-            let mut f = n.as_f64().unwrap_or(0.0);
-            if f == 0.0 {
-                f = 0.0;
-            }
-            // `Debug` of f64 is the shortest text that reads back to the same value.
-            let _ = write!(out, "{f:?}");
-        }
-        Value::String(s) => push_json_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                push_json_string(out, k);
-                out.push(':');
-                canonical(&map[k], out);
-            }
-            out.push('}');
-        }
-    }
-}
-
+/// `"key"<canonical JSON of value>`: the text of one filter condition.
 fn condition_text(key: &str, value: &Value) -> String {
     let mut out = String::new();
     push_json_string(&mut out, key);
-    canonical(value, &mut out);
+    canonical_json_into(&mut out, value);
     out
 }
 
@@ -145,10 +108,10 @@ fn entry(kind: char, text: &str) -> String {
         out.push_str(text);
         out
     } else {
-        let mut h = Fnv128::new();
-        h.write(&[kind as u8]);
-        h.write(text.as_bytes());
-        format!("#{:032x}", h.finish())
+        let mut bytes = Vec::with_capacity(text.len() + 1);
+        bytes.push(kind as u8);
+        bytes.extend_from_slice(text.as_bytes());
+        format!("#{:032x}", digest128(&bytes))
     }
 }
 
@@ -209,30 +172,6 @@ pub(crate) fn filter_stages(filter: &Map<String, Value>) -> Vec<Vec<String>> {
     stages
 }
 
-/// FNV-1a, 128 bits: a small, stable, well-known hash for long filter entries (stability
-/// across versions matters: the hashes are stored).
-struct Fnv128(u128);
-
-impl Fnv128 {
-    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
-
-    fn new() -> Self {
-        Fnv128(Self::OFFSET)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u128::from(*b);
-            self.0 = self.0.wrapping_mul(Self::PRIME);
-        }
-    }
-
-    fn finish(&self) -> u128 {
-        self.0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,28 +219,6 @@ mod tests {
                 assert_eq!(kx.as_str() < b.as_str(), x.0 < y.0, "{x:?} vs bound {y:?}");
             }
         }
-    }
-
-    fn canon(v: Value) -> String {
-        let mut s = String::new();
-        canonical(&v, &mut s);
-        s
-    }
-
-    #[test]
-    fn canonical_text_follows_json_equal() {
-        assert_eq!(canon(json!(5)), canon(json!(5.0)));
-        assert_eq!(canon(json!(0)), canon(json!(-0.0)));
-        assert_eq!(
-            canon(json!({"a": 1, "b": [2]})),
-            canon(json!({"b": [2.0], "a": 1}))
-        );
-        assert_ne!(canon(json!("5")), canon(json!(5)));
-        assert_ne!(canon(json!([1, 2])), canon(json!([2, 1])));
-        assert_ne!(canon(json!({"a": null})), canon(json!({})));
-        assert_ne!(canon(json!(null)), canon(json!("null")));
-        assert_ne!(canon(json!(true)), canon(json!("true")));
-        assert_ne!(canon(json!(1e300)), canon(json!(1e299)));
     }
 
     #[test]
@@ -357,10 +274,11 @@ mod tests {
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].len(), 33);
         assert!(entries[0].starts_with('#'));
-        // FNV-1a 128 of the empty input is its offset basis.
-        assert_eq!(Fnv128::new().finish(), Fnv128::OFFSET);
-        let mut h = Fnv128::new();
-        h.write(b"a");
-        assert_eq!(h.finish(), 0xd228cb696f1a8caf78912b704e4a8964);
+        // The same metadata always gives the same entry (entries are stored).
+        assert_eq!(filter_entries(&m), entries);
+        assert_ne!(
+            filter_entries(&CheckpointMetadata::new().with("k", "w".repeat(1000))),
+            entries
+        );
     }
 }

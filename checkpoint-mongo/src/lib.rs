@@ -1,13 +1,16 @@
 #![doc = include_str!("../README.md")]
 
 mod admin;
+mod chunk;
 mod codec;
 mod config;
 mod coord;
+mod core;
 mod error;
 mod keys;
 mod read;
 mod saver;
+mod schema;
 mod txn;
 mod write;
 

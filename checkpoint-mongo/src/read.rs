@@ -4,20 +4,22 @@
 //! documents, one aggregation for their values and pending writes together (`$unionWith`),
 //! and one more only when some value is chunked.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use futures::stream::{BoxStream, TryStreamExt};
 use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 
+use checkpoint_core::backend::{Page, paged};
 use checkpoint_core::{
     CheckpointConfig, CheckpointTuple, Error, ListOptions, PendingWrite, Result, TypedValue,
 };
 
+use crate::chunk;
 use crate::codec::{self, CheckpointRow, Stored, WritesRow};
+use crate::core::Inner;
 use crate::error::MongoError;
 use crate::keys;
-use crate::saver::Inner;
 
 /// Large enough that a page's values and writes come back in one reply unless they exceed
 /// the 16 MiB reply limit.
@@ -187,7 +189,7 @@ pub(crate) async fn load_tuples(
             }
         }
     }
-    let chunks = fetch_chunks(inner, &blobs).await?;
+    let chunks = chunk::fetch_chunks(inner, &blobs).await?;
     let resolve = |thread_id: &str, stored: &Stored| -> Result<Option<TypedValue>, MongoError> {
         match stored {
             Stored::Removed => Ok(None),
@@ -202,7 +204,7 @@ pub(crate) async fn load_tuples(
                     .get(&(thread_id.to_owned(), *blob))
                     .map(Vec::as_slice)
                     .unwrap_or_default();
-                codec::join_chunks(type_tag.clone(), *len, *count, parts).map(Some)
+                chunk::join_chunks(type_tag.clone(), *len, *count, parts).map(Some)
             }
         }
     };
@@ -223,10 +225,10 @@ pub(crate) async fn load_tuples(
             let key = keys::doc_id(&[&thread_id, &ns, channel, &keys::version_key(version)]);
             // A version whose value document is missing loads without a value, as the
             // contract's "removed" does (it can only be missing after a TTL expiry).
-            if let Some(stored) = values.get(&key) {
-                if let Some(v) = resolve(&thread_id, stored)? {
-                    checkpoint.channel_values.insert(channel.clone(), v);
-                }
+            if let Some(stored) = values.get(&key)
+                && let Some(v) = resolve(&thread_id, stored)?
+            {
+                checkpoint.channel_values.insert(channel.clone(), v);
             }
         }
         let mut pending = Vec::new();
@@ -262,60 +264,12 @@ pub(crate) async fn load_tuples(
     Ok(out)
 }
 
-/// Loads the chunks of the given `(thread, blob)` groups, in order.
-async fn fetch_chunks(
-    inner: &Inner,
-    blobs: &BTreeSet<(String, ObjectId)>,
-) -> Result<HashMap<(String, ObjectId), Vec<Vec<u8>>>, MongoError> {
-    let mut out: HashMap<(String, ObjectId), Vec<Vec<u8>>> = HashMap::new();
-    if blobs.is_empty() {
-        return Ok(out);
-    }
-    let threads: BTreeSet<&String> = blobs.iter().map(|(t, _)| t).collect();
-    let ids: BTreeSet<ObjectId> = blobs.iter().map(|(_, b)| *b).collect();
-    let mut cursor = inner
-        .chunks
-        .find(doc! {
-            "t": { "$in": threads.into_iter().cloned().collect::<Vec<_>>() },
-            "b": { "$in": ids.into_iter().collect::<Vec<_>>() },
-        })
-        .sort(doc! { "t": 1, "b": 1, "i": 1 })
-        .projection(doc! { "t": 1, "b": 1, "d": 1 })
-        .batch_size(64)
-        .await?;
-    while let Some(mut d) = cursor.try_next().await? {
-        let t = codec::take_string(&mut d, "t", "chunk")?;
-        let b = match d.get("b") {
-            Some(Bson::ObjectId(b)) => *b,
-            _ => return Err(MongoError::corrupt("chunk", "field b is not an ObjectId")),
-        };
-        if !blobs.contains(&(t.clone(), b)) {
-            continue;
-        }
-        let data = match d.remove("d") {
-            Some(Bson::Binary(bin)) => bin.bytes,
-            _ => return Err(MongoError::corrupt("chunk", "field d is not binary")),
-        };
-        out.entry((t, b)).or_default().push(data);
-    }
-    Ok(out)
-}
-
 /// Where a list stream continues: strictly below this key of its sort order.
-#[derive(Clone, Debug)]
-enum Cursor {
-    Start,
-    Below(String),
-    Done,
-}
-
 struct ListState {
     inner: Arc<Inner>,
     options: ListOptions,
     stages: Vec<Vec<String>>,
-    cursor: Cursor,
-    remaining: Option<usize>,
-    buffer: VecDeque<CheckpointTuple>,
+    below: Option<String>,
 }
 
 /// `list`: pages of `list_page_size` checkpoints (fewer when a limit remains), each page
@@ -324,51 +278,25 @@ pub(crate) fn list(
     inner: Arc<Inner>,
     options: ListOptions,
 ) -> BoxStream<'static, Result<CheckpointTuple>> {
+    let page_size = inner.config.list_page_size;
     let state = ListState {
         inner,
         stages: keys::filter_stages(&options.filter),
-        remaining: options.limit,
-        options,
-        cursor: Cursor::Start,
-        buffer: VecDeque::new(),
+        below: None,
+        options: options.clone(),
     };
-    stream::unfold(state, |mut st| async move {
-        loop {
-            if st.remaining == Some(0) {
-                return None;
-            }
-            if let Some(t) = st.buffer.pop_front() {
-                st.remaining = st.remaining.map(|r| r - 1);
-                return Some((Ok(t), st));
-            }
-            if matches!(st.cursor, Cursor::Done) {
-                return None;
-            }
-            match next_page(&mut st).await {
-                Ok(page) => st.buffer.extend(page),
-                Err(e) => {
-                    st.cursor = Cursor::Done;
-                    st.buffer.clear();
-                    return Some((Err(Error::from(e)), st));
-                }
-            }
-        }
+    paged(options.limit, page_size, state, |mut st, want| async move {
+        let page = next_page(&mut st, want).await?;
+        Ok((st, page))
     })
-    .boxed()
 }
 
-async fn next_page(st: &mut ListState) -> Result<Vec<CheckpointTuple>, MongoError> {
+async fn next_page(st: &mut ListState, page: usize) -> Result<Page, MongoError> {
     let o = &st.options;
-    let page = st.remaining.map_or(st.inner.config.list_page_size, |r| {
-        r.min(st.inner.config.list_page_size)
-    });
     // Within one namespace the id orders; otherwise the sort key (id, thread, namespace).
     let by_id = o.thread_id.is_some() && o.checkpoint_ns.is_some();
     let field = if by_id { "c" } else { "s" };
-    let mut upper: Option<String> = match &st.cursor {
-        Cursor::Below(k) => Some(k.clone()),
-        _ => None,
-    };
+    let mut upper = st.below.clone();
     if let Some(b) = &o.before {
         let b = if by_id { b.clone() } else { keys::id_bound(b) };
         upper = Some(match upper {
@@ -390,10 +318,10 @@ async fn next_page(st: &mut ListState) -> Result<Vec<CheckpointTuple>, MongoErro
     }
     let mut stages = st.stages.iter();
     // Without a thread, the metadata filter's first lookup is what an index serves.
-    if o.thread_id.is_none() {
-        if let Some(entries) = stages.next() {
-            first.insert("mk", doc! { "$in": entries.clone() });
-        }
+    if o.thread_id.is_none()
+        && let Some(entries) = stages.next()
+    {
+        first.insert("mk", doc! { "$in": entries.clone() });
     }
     if let Some(u) = upper {
         if by_id {
@@ -427,11 +355,9 @@ async fn next_page(st: &mut ListState) -> Result<Vec<CheckpointTuple>, MongoErro
             rows.push((row, writes));
         }
     }
-    st.cursor = match (full, last) {
-        (true, Some(k)) => Cursor::Below(k),
-        _ => Cursor::Done,
-    };
-    load_tuples(&st.inner, rows).await
+    st.below = last.filter(|_| full);
+    let tuples = load_tuples(&st.inner, rows).await?;
+    Ok(Page::new(tuples, st.below.is_none()))
 }
 
 /// Values named by the checkpoints of `rows`, as `(channel, version key)` pairs.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use mongodb::bson::{Document, doc};
-use mongodb::options::{ClientOptions, DatabaseOptions, IndexOptions};
-use mongodb::{Client, Collection, Database, IndexModel};
+use mongodb::options::{ClientOptions, DatabaseOptions};
+use mongodb::{Client, Database};
 
 use checkpoint_core::{
     Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
@@ -16,9 +16,10 @@ use checkpoint_core::{
     Result, Saver, TypedValue, async_trait,
 };
 
-use crate::config::{Atomicity, CollectionNames, MongoConfig, TransactionMode};
+use crate::config::{Atomicity, MongoConfig, TransactionMode};
+use crate::core::Inner;
 use crate::error::driver;
-use crate::{admin, coord, read, write};
+use crate::{admin, coord, read, schema, write};
 
 /// A [`Saver`] on MongoDB (see the crate documentation for the layout and guarantees).
 ///
@@ -29,22 +30,6 @@ use crate::{admin, coord, read, write};
 #[derive(Clone)]
 pub struct MongoSaver {
     pub(crate) inner: Arc<Inner>,
-}
-
-/// Shared state: the driver handles and the configuration.
-pub(crate) struct Inner {
-    pub(crate) client: Client,
-    pub(crate) database: Database,
-    pub(crate) config: MongoConfig,
-    pub(crate) names: CollectionNames,
-    pub(crate) atomicity: Atomicity,
-    pub(crate) checkpoints: Collection<Document>,
-    pub(crate) values: Collection<Document>,
-    pub(crate) writes: Collection<Document>,
-    pub(crate) chunks: Collection<Document>,
-    pub(crate) heads: Collection<Document>,
-    pub(crate) leases: Collection<Document>,
-    pub(crate) ledger: Collection<Document>,
 }
 
 impl fmt::Debug for MongoSaver {
@@ -138,106 +123,17 @@ impl MongoSaver {
 
     /// Creates the collections' indexes (and, with a [`MongoConfig::ttl`], the TTL indexes).
     /// Idempotent: run it at deploy time or at start-up; it changes nothing when the indexes
-    /// exist. Fails with [`Error::Backend`](checkpoint_core::Error::Backend) when an index of the same name exists with other
-    /// options (for example a TTL index from a different configuration).
+    /// exist. Fails with [`Error::Backend`](checkpoint_core::Error::Backend) when an index of
+    /// the same name exists with other options (for example a TTL index from a different
+    /// configuration).
     pub async fn setup(&self) -> Result<()> {
-        let i = &self.inner;
-        let unique = |name: &str, keys: Document| {
-            IndexModel::builder()
-                .keys(keys)
-                .options(
-                    IndexOptions::builder()
-                        .name(name.to_owned())
-                        .unique(true)
-                        .build(),
-                )
-                .build()
-        };
-        let plain = |name: &str, keys: Document| {
-            IndexModel::builder()
-                .keys(keys)
-                .options(IndexOptions::builder().name(name.to_owned()).build())
-                .build()
-        };
-        let ttl = |models: &mut Vec<IndexModel>| {
-            if i.config.ttl.is_some() {
-                models.push(
-                    IndexModel::builder()
-                        .keys(doc! { "x": 1 })
-                        .options(
-                            IndexOptions::builder()
-                                .name("ttl".to_owned())
-                                .expire_after(Duration::ZERO)
-                                .build(),
-                        )
-                        .build(),
-                );
-            }
-        };
-        let mut checkpoints = vec![
-            unique("thread_ns_id", doc! { "t": 1, "n": 1, "c": -1 }),
-            plain("thread_order", doc! { "t": 1, "s": -1 }),
-            plain("global_order", doc! { "s": -1 }),
-            plain("metadata_filter", doc! { "mk": 1 }),
-        ];
-        ttl(&mut checkpoints);
-        let mut values = vec![unique(
-            "thread_ns_channel_version",
-            doc! { "t": 1, "n": 1, "ch": 1, "v": 1 },
-        )];
-        ttl(&mut values);
-        let mut writes = vec![
-            unique("thread_ns_id_task", doc! { "t": 1, "n": 1, "c": 1, "k": 1 }),
-            plain("address", doc! { "a": 1 }),
-        ];
-        ttl(&mut writes);
-        let mut chunks = vec![unique("thread_blob_seq", doc! { "t": 1, "b": 1, "i": 1 })];
-        ttl(&mut chunks);
-        let mut heads = vec![unique("thread_ns", doc! { "t": 1, "n": 1 })];
-        ttl(&mut heads);
-        for (coll, models) in [
-            (&i.checkpoints, checkpoints),
-            (&i.values, values),
-            (&i.writes, writes),
-            (&i.chunks, chunks),
-            (&i.heads, heads),
-        ] {
-            coll.create_indexes(models).await.map_err(driver)?;
-        }
-        // Leases and the ledger are keyed by `_id` alone; create them so they exist before
-        // the first transaction touches them (MongoDB before 4.4 cannot create collections
-        // inside a transaction).
-        for name in [&i.names.leases, &i.names.ledger] {
-            let existing = i
-                .database
-                .list_collection_names()
-                .filter(doc! { "name": name.as_str() })
-                .await
-                .map_err(driver)?;
-            if existing.is_empty() {
-                match i.database.create_collection(name.as_str()).await {
-                    Ok(()) => {}
-                    // Created concurrently by another process: fine.
-                    Err(e) if crate::error::codes(&e).contains(&48) => {}
-                    Err(e) => return Err(driver(e)),
-                }
-            }
-        }
-        Ok(())
+        schema::setup(&self.inner).await
     }
 
     /// Drops every collection of this configuration (all checkpoints, values, writes,
     /// leases and ledger entries). For tests and tear-down scripts.
     pub async fn drop_collections(&self) -> Result<()> {
-        for name in self.inner.names.all() {
-            self.inner
-                .database
-                .collection::<Document>(name)
-                .drop()
-                .await
-                .map_err(driver)?;
-        }
-        Ok(())
+        schema::drop_collections(&self.inner).await
     }
 }
 
@@ -255,21 +151,6 @@ async fn detect_atomicity(client: &Client) -> Result<Atomicity> {
     } else {
         Atomicity::OrderedWrites
     })
-}
-
-impl Inner {
-    pub(crate) fn transactions(&self) -> bool {
-        self.atomicity == Atomicity::Transactions
-    }
-
-    pub(crate) fn capabilities(&self) -> Capabilities {
-        let all = Capabilities::all();
-        if self.transactions() {
-            all
-        } else {
-            all.with_compare_and_set(false).with_leases(false)
-        }
-    }
 }
 
 #[async_trait]

@@ -8,8 +8,8 @@ use mongodb::bson::doc;
 use mongodb::error::ErrorKind;
 use mongodb::options::ReadConcern;
 
+use crate::core::Inner;
 use crate::error::MongoError;
-use crate::saver::Inner;
 
 /// Runs `body` in a transaction on a fresh session and commits it.
 ///

@@ -10,13 +10,17 @@ use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
 use checkpoint_core::writes::{replaces_existing, write_index};
 use checkpoint_core::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, Error, PutMode, PutOptions,
-    PutWritesOptions, Result, TypedValue, validate_put,
+    PutWritesOptions, Result, TypedValue,
 };
 
-use crate::codec::{self, MAX_INLINE_WRITES_BYTES, PendingChunks, Stored, WriteEntry};
+use crate::chunk;
+use crate::codec::{
+    self, MAX_INLINE_WRITES_BYTES, PendingChunks, PreparedWrites, Stored, WriteEntry,
+};
+use crate::core::Inner;
 use crate::error::{MongoError, only_duplicate_keys};
 use crate::keys;
-use crate::saver::Inner;
+use crate::keys::IDENTIFIERS;
 use crate::txn;
 
 /// Everything a put writes, prepared before any I/O.
@@ -45,7 +49,7 @@ pub(crate) async fn put(
     new_versions: ChannelVersions,
     options: PutOptions,
 ) -> Result<CheckpointConfig> {
-    validate_put(config, &checkpoint, &new_versions)?;
+    IDENTIFIERS.check_put(config, &checkpoint, &new_versions)?;
     if options.mode == PutMode::CompareAndSet && !inner.capabilities().compare_and_set {
         return Err(Error::Unsupported {
             op: "put with PutMode::CompareAndSet (needs transactions)",
@@ -58,12 +62,6 @@ pub(crate) async fn put(
     }
     let thread_id = config.thread_id.as_str();
     let ns = config.checkpoint_ns.as_str();
-    codec::check_identifier("thread_id", thread_id)?;
-    codec::check_identifier("checkpoint_ns", ns)?;
-    codec::check_identifier("checkpoint id", &checkpoint.id)?;
-    for channel in checkpoint.channel_versions.keys() {
-        codec::check_identifier("channel name", channel)?;
-    }
 
     let ttl = inner.config.ttl;
     let x = ttl.map(codec::expiry);
@@ -162,12 +160,7 @@ async fn check_fence(
         Some(d) => codec::number(&d, "tok", "lease")?,
         None => 0,
     };
-    Err(Error::StaleFence {
-        scope: format!("thread {thread_id:?}"),
-        token: fence,
-        current: u64::try_from(current).unwrap_or(0),
-    }
-    .into())
+    Err(Error::stale_lease(thread_id, fence, u64::try_from(current).unwrap_or(0)).into())
 }
 
 async fn put_in_transaction(
@@ -366,12 +359,12 @@ async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
                     if !mine.is_empty() {
                         // Chunks of a value that lost the race; keep those still referenced.
                         let referenced =
-                            referenced_blobs(inner, &p.thread_id, &value_ids(&todo)).await?;
+                            chunk::referenced_blobs(inner, &p.thread_id, &value_ids(&todo)).await?;
                         let orphans: Vec<ObjectId> = mine
                             .into_iter()
                             .filter(|b| !referenced.contains(b))
                             .collect();
-                        delete_chunks(inner, &p.thread_id, orphans, None).await?;
+                        chunk::delete_chunks(inner, &p.thread_id, orphans, None).await?;
                     }
                 }
                 Err(e) => return Err(e.into()),
@@ -401,125 +394,6 @@ async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
     Ok(())
 }
 
-async fn referenced_blobs(
-    inner: &Inner,
-    thread_id: &str,
-    ids: &[String],
-) -> Result<BTreeSet<ObjectId>, MongoError> {
-    use futures::TryStreamExt;
-    let docs: Vec<Document> = inner
-        .values
-        .find(doc! { "_id": { "$in": ids.to_vec() }, "t": thread_id })
-        .projection(doc! { "b": 1 })
-        .await?
-        .try_collect()
-        .await?;
-    Ok(docs
-        .iter()
-        .filter_map(|d| d.get_object_id("b").ok())
-        .collect())
-}
-
-/// Deletes chunk groups of one thread.
-pub(crate) async fn delete_chunks(
-    inner: &Inner,
-    thread_id: &str,
-    blobs: Vec<ObjectId>,
-    session: Option<&mut ClientSession>,
-) -> Result<(), MongoError> {
-    if blobs.is_empty() {
-        return Ok(());
-    }
-    let filter = doc! { "t": thread_id, "b": { "$in": blobs } };
-    match session {
-        Some(s) => inner.chunks.delete_many(filter).session(s).await?,
-        None => inner.chunks.delete_many(filter).await?,
-    };
-    Ok(())
-}
-
-/// Inline bytes a pending-writes document may reach after merging several calls.
-const MAX_MERGED_WRITES_BYTES: usize = 12 * 1024 * 1024;
-
-/// A `put_writes` call, prepared.
-struct PreparedWrites {
-    thread_id: String,
-    ns: String,
-    checkpoint_id: String,
-    task_id: String,
-    fence: Option<u64>,
-    /// Special-channel-only call: replaces existing entries.
-    replace: bool,
-    entries: Vec<WriteEntry>,
-    chunks: Vec<PendingChunks>,
-    x: Option<DateTime>,
-}
-
-impl PreparedWrites {
-    /// The filter of this task's document (its unique key).
-    fn key(&self) -> Document {
-        doc! {
-            "t": self.thread_id.as_str(),
-            "n": self.ns.as_str(),
-            "c": self.checkpoint_id.as_str(),
-            "k": self.task_id.as_str(),
-        }
-    }
-
-    fn doc(&self, revision: i64, entries: &[WriteEntry]) -> Document {
-        let mut d = doc! {
-            "t": self.thread_id.as_str(),
-            "n": self.ns.as_str(),
-            "c": self.checkpoint_id.as_str(),
-            "k": self.task_id.as_str(),
-            "a": keys::doc_id(&[&self.thread_id, &self.ns, &self.checkpoint_id]),
-            "r": revision,
-            "w": entries.iter().map(|e| Bson::Document(e.to_doc())).collect::<Vec<_>>(),
-        };
-        if let Some(x) = self.x {
-            d.insert("x", x);
-        }
-        d
-    }
-
-    /// Merges this call into existing entries by the contract's rule. Returns the merged
-    /// entries (or `None` when nothing changes) and the chunk groups no longer referenced.
-    fn merge(
-        &self,
-        existing: &[WriteEntry],
-    ) -> Result<(Option<Vec<WriteEntry>>, Vec<ObjectId>), MongoError> {
-        let mut merged: Vec<WriteEntry> = existing.to_vec();
-        let mut dropped = Vec::new();
-        let mut changed = false;
-        for e in &self.entries {
-            match merged.iter().position(|m| m.idx == e.idx) {
-                Some(i) if self.replace => {
-                    dropped.extend(merged[i].blob());
-                    merged[i] = e.clone();
-                    changed = true;
-                }
-                Some(_) => dropped.extend(e.blob()),
-                None => {
-                    merged.push(e.clone());
-                    changed = true;
-                }
-            }
-        }
-        if !changed {
-            return Ok((None, dropped));
-        }
-        let inline: usize = merged.iter().map(WriteEntry::inline_len).sum();
-        if inline > MAX_MERGED_WRITES_BYTES {
-            return Err(Error::invalid(format!(
-                "the pending writes of task {:?} on checkpoint {:?} would hold {inline} bytes inline; at most {MAX_MERGED_WRITES_BYTES} are stored per task and checkpoint",
-                self.task_id, self.checkpoint_id
-            ))
-            .into());
-        }
-        Ok((Some(merged), dropped))
-    }
-}
-
 pub(crate) async fn put_writes(
     inner: &Arc<Inner>,
     config: &CheckpointConfig,
@@ -527,10 +401,10 @@ pub(crate) async fn put_writes(
     task_id: &str,
     options: PutWritesOptions,
 ) -> Result<()> {
-    let checkpoint_id = config.require_checkpoint_id()?;
-    if writes.is_empty() {
+    let Some(checkpoint_id) = IDENTIFIERS.check_put_writes(config, &writes, task_id, &options)?
+    else {
         return Ok(());
-    }
+    };
     if options.fence.is_some() && !inner.capabilities().leases {
         return Err(Error::Unsupported {
             op: "put_writes with a fencing token (needs transactions)",
@@ -538,14 +412,6 @@ pub(crate) async fn put_writes(
     }
     let thread_id = config.thread_id.as_str();
     let ns = config.checkpoint_ns.as_str();
-    codec::check_identifier("thread_id", thread_id)?;
-    codec::check_identifier("checkpoint_ns", ns)?;
-    codec::check_identifier("checkpoint id", checkpoint_id)?;
-    codec::check_identifier("task_id", task_id)?;
-    codec::check_identifier("task_path", &options.task_path)?;
-    for (channel, _) in &writes {
-        codec::check_identifier("write channel", channel)?;
-    }
 
     let replace = replaces_existing(&writes);
     let x = inner.config.ttl.map(codec::expiry);
@@ -665,7 +531,7 @@ async fn writes_in_transaction(
             dropped
         }
     };
-    delete_chunks(inner, &p.thread_id, unused, Some(s)).await
+    chunk::delete_chunks(inner, &p.thread_id, unused, Some(s)).await
 }
 
 /// Without a fence (both modes): all of the call's writes change one document at once, so
@@ -698,7 +564,7 @@ async fn writes_single_document(inner: &Inner, p: &PreparedWrites) -> Result<(),
         let row = codec::writes_row(d)?;
         let (merged, dropped) = p.merge(&row.entries)?;
         let Some(merged) = merged else {
-            return delete_chunks(inner, &p.thread_id, dropped, None).await;
+            return chunk::delete_chunks(inner, &p.thread_id, dropped, None).await;
         };
         let mut filter = p.key();
         filter.insert("r", row.revision);
@@ -707,7 +573,7 @@ async fn writes_single_document(inner: &Inner, p: &PreparedWrites) -> Result<(),
             .replace_one(filter, p.doc(row.revision + 1, &merged))
             .await?;
         if r.matched_count == 1 {
-            return delete_chunks(inner, &p.thread_id, dropped, None).await;
+            return chunk::delete_chunks(inner, &p.thread_id, dropped, None).await;
         }
         txn::backoff(attempt).await;
     }

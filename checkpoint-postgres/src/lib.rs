@@ -1,9 +1,19 @@
 #![doc = include_str!("../README.md")]
 
+mod admin;
+mod codec;
+mod config;
+mod coord;
+mod core;
 mod error;
-mod migrations;
+mod keys;
+mod read;
 mod saver;
+mod schema;
 mod sql;
+mod write;
 
-pub use saver::{MAX_IDENTIFIER_BYTES, PostgresSaver, PostgresSaverBuilder};
+pub use config::PostgresSaverBuilder;
+pub use keys::MAX_IDENTIFIER_BYTES;
+pub use saver::PostgresSaver;
 pub use sqlx;

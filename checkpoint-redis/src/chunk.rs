@@ -15,7 +15,7 @@
 //! * chunked value: field `\1\4 blob_field`, value `C netstr(tag) netstr(header) id…`, the
 //!   ids 16 bytes each; no plain field;
 //! * chunk: field `\1\3 id`, value the chunk's bytes; `id` is the first 16 bytes of the
-//!   chunk's BLAKE3 hash, so equal chunks are stored once and a chunk cannot be forged.
+//!   chunk's BLAKE3 hash ([`digest128`](checkpoint_core::backend::digest128)), so equal chunks are stored once and a chunk cannot be forged.
 //!
 //! Whether a value is chunked depends only on its bytes, so the same version is always
 //! stored the same way. Reassembly is exact: `header ++ chunk…` is the original value.
@@ -23,7 +23,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use checkpoint_core::{Bytes, TypedValue, ValueType};
+use checkpoint_core::backend::digest128;
+use checkpoint_core::{Bytes, TypedValue, ValueType, msgpack};
 
 use crate::keys::netstr_into;
 
@@ -81,9 +82,9 @@ fn split_with(value: &TypedValue, previous: Option<&Memo>) -> Option<(Split, Mem
         return None;
     }
     let bytes = &value.bytes[..];
-    let (count, header) = array_header(bytes)?;
-    // Every element takes at least one byte: a count beyond the input is malformed.
-    if count < 2 || count > bytes.len() {
+    // A malformed header (a count beyond the input, say) is stored whole, as is.
+    let (count, header) = msgpack::array_header(bytes).ok()??;
+    if count < 2 {
         return None;
     }
     let mut manifest = b"C".to_vec();
@@ -112,7 +113,7 @@ fn split_with(value: &TypedValue, previous: Option<&Memo>) -> Option<(Split, Mem
     let mut pos = start;
     let mut elements = 0;
     for i in walked..count {
-        pos = skip_value(bytes, pos)?;
+        pos = msgpack::value_end(bytes, pos).ok()?;
         elements += 1;
         if pos - start < CHUNK_TARGET_BYTES && i + 1 < count {
             continue;
@@ -122,11 +123,7 @@ fn split_with(value: &TypedValue, previous: Option<&Memo>) -> Option<(Split, Mem
             let r = p.chunks.get(ranges.len())?;
             (p.value.get(r.end - r.len..r.end) == Some(chunk)).then_some(r.id)
         });
-        let id = known.unwrap_or_else(|| {
-            let mut id = [0u8; ID_LEN];
-            id.copy_from_slice(&blake3::hash(chunk).as_bytes()[..ID_LEN]);
-            id
-        });
+        let id = known.unwrap_or_else(|| digest128(chunk).to_be_bytes());
         manifest.extend_from_slice(&id);
         chunks.push((chunk_field(&id), value.bytes.slice(start..pos)));
         ranges.push(ChunkRange {
@@ -267,74 +264,6 @@ pub(crate) fn reassemble<'a>(
         out.extend_from_slice(c);
     }
     Some(out)
-}
-
-/// The element count and header length of the MessagePack array `bytes` starts with;
-/// `None` for any other type.
-fn array_header(bytes: &[u8]) -> Option<(usize, usize)> {
-    match *bytes.first()? {
-        m @ 0x90..=0x9f => Some((usize::from(m & 0x0f), 1)),
-        0xdc => Some((usize::from(u16::from_be_bytes(get(bytes, 1)?)), 3)),
-        0xdd => Some((usize::try_from(u32::from_be_bytes(get(bytes, 1)?)).ok()?, 5)),
-        _ => None,
-    }
-}
-
-/// The offset just past the MessagePack value starting at `pos`, without recursion (nested
-/// containers only add to the count of values still to skip).
-fn skip_value(bytes: &[u8], mut pos: usize) -> Option<usize> {
-    let mut pending: usize = 1;
-    while pending > 0 {
-        pending -= 1;
-        let m = *bytes.get(pos)?;
-        pos += 1;
-        let (len, items): (usize, usize) = match m {
-            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
-            0x80..=0x8f => (0, 2 * usize::from(m & 0x0f)),
-            0x90..=0x9f => (0, usize::from(m & 0x0f)),
-            0xa0..=0xbf => (usize::from(m & 0x1f), 0),
-            0xc4 | 0xd9 => (usize::from(*bytes.get(pos)?) + 1, 0),
-            0xc5 | 0xda => (usize::from(u16::from_be_bytes(get(bytes, pos)?)) + 2, 0),
-            0xc6 | 0xdb => (len32(bytes, pos)?.checked_add(4)?, 0),
-            0xc7 => (usize::from(*bytes.get(pos)?) + 2, 0),
-            0xc8 => (usize::from(u16::from_be_bytes(get(bytes, pos)?)) + 3, 0),
-            0xc9 => (len32(bytes, pos)?.checked_add(5)?, 0),
-            0xca => (4, 0),
-            0xcb => (8, 0),
-            0xcc | 0xd0 => (1, 0),
-            0xcd | 0xd1 => (2, 0),
-            0xce | 0xd2 => (4, 0),
-            0xcf | 0xd3 => (8, 0),
-            0xd4 => (2, 0),
-            0xd5 => (3, 0),
-            0xd6 => (5, 0),
-            0xd7 => (9, 0),
-            0xd8 => (17, 0),
-            0xdc => (2, usize::from(u16::from_be_bytes(get(bytes, pos)?))),
-            0xdd => (4, len32(bytes, pos)?),
-            0xde => (2, 2 * usize::from(u16::from_be_bytes(get(bytes, pos)?))),
-            0xdf => (4, len32(bytes, pos)?.checked_mul(2)?),
-            0xc1 => return None,
-        };
-        pos = pos.checked_add(len)?;
-        if pos > bytes.len() {
-            return None;
-        }
-        pending = pending.checked_add(items)?;
-        // Each pending value needs at least one more byte.
-        if pending > bytes.len() - pos {
-            return None;
-        }
-    }
-    Some(pos)
-}
-
-fn get<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
-    bytes.get(at..at.checked_add(N)?)?.try_into().ok()
-}
-
-fn len32(bytes: &[u8], at: usize) -> Option<usize> {
-    usize::try_from(u32::from_be_bytes(get(bytes, at)?)).ok()
 }
 
 #[cfg(test)]

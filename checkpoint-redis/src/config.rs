@@ -9,9 +9,22 @@ use checkpoint_core::{Error, Result};
 use redis::AsyncConnectionConfig;
 
 use crate::conn::{Link, Manager};
+use crate::core::Inner;
 use crate::error::RedisSaverError;
 use crate::keys::{Layout, valid_prefix};
-use crate::saver::{Inner, RedisSaver};
+
+/// How long a thread's keys live (see [`RedisSaver::set_thread_ttl`](crate::RedisSaver::set_thread_ttl)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ThreadTtl {
+    /// The saver's [`default_ttl`](RedisSaverBuilder::default_ttl) (no expiry without one).
+    Default,
+    /// Expire this long after the last write (or read, with
+    /// [`refresh_on_read`](RedisSaverBuilder::refresh_on_read)).
+    Expire(Duration),
+    /// Never expire, whatever the saver's default.
+    Pinned,
+}
 
 /// The key prefix used when none is configured.
 pub const DEFAULT_KEY_PREFIX: &str = "checkpoint";
@@ -19,10 +32,11 @@ pub const DEFAULT_KEY_PREFIX: &str = "checkpoint";
 #[derive(Clone)]
 enum Target {
     Url(String),
+    #[cfg(feature = "cluster")]
     Cluster(Vec<String>),
 }
 
-/// Configures and connects a [`RedisSaver`].
+/// Configures and connects a [`RedisSaver`](crate::RedisSaver).
 ///
 /// ```no_run
 /// # async fn demo() -> checkpoint_core::Result<()> {
@@ -73,6 +87,7 @@ impl RedisSaverBuilder {
     }
 
     /// A Redis Cluster reached through any of `nodes` (URLs of some of its primaries).
+    #[cfg(feature = "cluster")]
     pub fn cluster<I, S>(nodes: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -128,7 +143,7 @@ impl RedisSaverBuilder {
 
     /// A TTL applied to every key of a thread on each write to it (`None`, the default:
     /// data never expires). Threads can override it with
-    /// [`RedisSaver::set_thread_ttl`].
+    /// [`RedisSaver::set_thread_ttl`](crate::RedisSaver::set_thread_ttl).
     pub fn default_ttl(mut self, ttl: Option<Duration>) -> Self {
         self.default_ttl = ttl;
         self
@@ -141,8 +156,8 @@ impl RedisSaverBuilder {
         self
     }
 
-    /// Connects (checking the server answers) and returns the saver.
-    pub async fn build(self) -> Result<RedisSaver> {
+    /// Connects (checking the server answers): the state of a new saver.
+    pub(crate) async fn connect(self) -> Result<Inner> {
         if !valid_prefix(&self.prefix) {
             return Err(Error::invalid(format!(
                 "key prefix {:?} must be 1 to 128 bytes of [A-Za-z0-9._:/-]",
@@ -178,6 +193,7 @@ impl RedisSaverBuilder {
                     .map_err(|e| Error::from(RedisSaverError::Redis(e)))?;
                 Link::Single { pool, epoch }
             }
+            #[cfg(feature = "cluster")]
             Target::Cluster(nodes) => {
                 if nodes.is_empty() {
                     return Err(Error::invalid("a cluster needs at least one node URL"));
@@ -200,14 +216,14 @@ impl RedisSaverBuilder {
         link.preload().await.map_err(Error::from)?;
         let ping = redis::cmd("PING");
         link.command(&ping).await.map_err(Error::from)?;
-        Ok(RedisSaver::from_inner(Inner {
+        Ok(Inner {
             link,
             layout: Layout::new(&self.prefix),
             default_ttl_ms: self.default_ttl.map_or(0, duration_ms),
             refresh_on_read: self.refresh_on_read,
             target: redacted,
             chunk_memo: Default::default(),
-        }))
+        })
     }
 }
 
@@ -220,6 +236,7 @@ pub(crate) fn duration_ms(d: Duration) -> u64 {
 fn redacted_target(t: &Target) -> String {
     match t {
         Target::Url(u) => redact_url(u),
+        #[cfg(feature = "cluster")]
         Target::Cluster(nodes) => format!(
             "cluster[{}]",
             nodes
@@ -277,9 +294,12 @@ mod tests {
             redact_url("redis://host/?password=s3cret&x=1"),
             "redis://host/?password=***&x=1"
         );
-        let b = RedisSaverBuilder::cluster(["redis://u:p4ss@a:1", "redis://b:2"]);
-        let shown = format!("{b:?}");
-        assert!(!shown.contains("p4ss"), "{shown}");
+        #[cfg(feature = "cluster")]
+        {
+            let b = RedisSaverBuilder::cluster(["redis://u:p4ss@a:1", "redis://b:2"]);
+            let shown = format!("{b:?}");
+            assert!(!shown.contains("p4ss"), "{shown}");
+        }
     }
 
     #[test]

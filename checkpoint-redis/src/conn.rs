@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::future::join_all;
 use redis::aio::MultiplexedConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value, cmd};
 
 use crate::error::{RedisSaverError, breaks_connection};
-use crate::scripts::{Lua, SCRIPTS};
+use crate::scripts::{Call, SCRIPTS};
 
 /// One pooled connection and whether it must be replaced.
 pub(crate) struct PooledLink {
@@ -67,7 +69,7 @@ impl bb8::ManageConnection for Manager {
         // retry; see the put script for what readers do about that).
         let mut load = redis::pipe();
         for script in [&SCRIPTS.touch, &SCRIPTS.put] {
-            load.cmd("SCRIPT").arg("LOAD").arg(&script.code).ignore();
+            load.cmd("SCRIPT").arg("LOAD").arg(script.code).ignore();
         }
         let () = load.query_async(&mut conn).await?;
         Ok(PooledLink {
@@ -101,6 +103,7 @@ pub(crate) enum Link {
     },
     /// A Cluster through the redis crate's async cluster client (it keeps its own
     /// connections per node, follows redirects and reconnects).
+    #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
 }
 
@@ -111,37 +114,9 @@ impl fmt::Debug for Link {
                 .debug_struct("Single")
                 .field("pool", &pool.state())
                 .finish(),
+            #[cfg(feature = "cluster")]
             Link::Cluster(_) => f.write_str("Cluster"),
         }
-    }
-}
-
-/// A script call: the script, its keys and arguments.
-pub(crate) struct Call<'a> {
-    pub(crate) script: &'a Lua,
-    pub(crate) keys: Vec<String>,
-    pub(crate) args: Vec<Vec<u8>>,
-}
-
-impl Call<'_> {
-    fn command(&self, by_hash: bool) -> Cmd {
-        let mut c = if by_hash {
-            let mut c = cmd("EVALSHA");
-            c.arg(&self.script.hash);
-            c
-        } else {
-            let mut c = cmd("EVAL");
-            c.arg(&self.script.code);
-            c
-        };
-        c.arg(self.keys.len());
-        for k in &self.keys {
-            c.arg(k);
-        }
-        for a in &self.args {
-            c.arg(&a[..]);
-        }
-        c
     }
 }
 
@@ -170,7 +145,10 @@ async fn eval_on<C: redis::aio::ConnectionLike + Send>(
 
 impl Link {
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Link::Cluster(_))
+        #[cfg(feature = "cluster")]
+        return matches!(self, Link::Cluster(_));
+        #[cfg(not(feature = "cluster"))]
+        false
     }
 
     async fn pooled(
@@ -236,6 +214,7 @@ impl Link {
                 })
                 .await
             }
+            #[cfg(feature = "cluster")]
             Link::Cluster(conn) => {
                 let mut conn = conn.clone();
                 Ok(eval_on(&mut conn, call).await?)
@@ -257,6 +236,7 @@ impl Link {
         keep: usize,
         call: &Call<'_>,
     ) -> Option<Result<Vec<Value>, RedisSaverError>> {
+        #[allow(irrefutable_let_patterns)] // without the `cluster` feature
         let Link::Single { pool, epoch } = self else {
             return None;
         };
@@ -278,9 +258,13 @@ impl Link {
                 match transaction.query_async::<Vec<Value>>(&mut conn).await {
                     Err(e) if no_script(&e) && loads < NOSCRIPT_RELOADS => {
                         loads += 1;
+                        tracing::debug!(
+                            script = call.script.name,
+                            "the server lost the script (NOSCRIPT); loading it and resending"
+                        );
                         let _: Value = cmd("SCRIPT")
                             .arg("LOAD")
-                            .arg(&call.script.code)
+                            .arg(call.script.code)
                             .query_async(&mut conn)
                             .await?;
                     }
@@ -323,6 +307,7 @@ impl Link {
                     .map(|r| r.map_err(RedisSaverError::from))
                     .collect())
             }
+            #[cfg(feature = "cluster")]
             Link::Cluster(conn) => {
                 let results = join_all(calls.iter().map(|call| {
                     let mut c = conn.clone();
@@ -339,6 +324,7 @@ impl Link {
 
     /// Runs several plain commands concurrently (pipelined on one multiplexed connection,
     /// or routed per key on a Cluster). Results are in command order.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) async fn commands_many(
         &self,
         cmds: &[Cmd],
@@ -357,6 +343,7 @@ impl Link {
                 }
                 results
             }
+            #[cfg(feature = "cluster")]
             Link::Cluster(conn) => {
                 join_all(cmds.iter().map(|c| {
                     let mut conn = conn.clone();
@@ -401,6 +388,7 @@ impl Link {
                     }
                 }
             }
+            #[cfg(feature = "cluster")]
             Link::Cluster(_) => self.commands_many(cmds).await?.into_iter().collect(),
         }
     }
@@ -440,6 +428,7 @@ impl Link {
                     }
                 }
             }
+            #[cfg(feature = "cluster")]
             Link::Cluster(conn) => Ok(c.query_async(&mut conn.clone()).await?),
         }
     }
@@ -447,12 +436,13 @@ impl Link {
     /// Loads every script into the server's cache (single node; a Cluster node caches a
     /// script on its first `EVAL` fallback).
     pub(crate) async fn preload(&self) -> Result<(), RedisSaverError> {
-        if let Link::Single { .. } = self {
-            for s in SCRIPTS.all() {
-                let mut c = cmd("SCRIPT");
-                c.arg("LOAD").arg(&s.code);
-                self.command(&c).await?;
-            }
+        if self.is_cluster() {
+            return Ok(());
+        }
+        for s in SCRIPTS.all() {
+            let mut c = cmd("SCRIPT");
+            c.arg("LOAD").arg(s.code);
+            self.command(&c).await?;
         }
         Ok(())
     }
@@ -486,6 +476,7 @@ impl Link {
                     cursor = next;
                 }
             }
+            #[cfg(feature = "cluster")]
             Link::Cluster(conn) => {
                 let mut conn = conn.clone();
                 let nodes = conn
@@ -542,6 +533,7 @@ impl Link {
 }
 
 /// `(host, port)` of every primary in `CLUSTER NODES` output.
+#[cfg(feature = "cluster")]
 fn primaries(text: &str) -> Vec<(String, u16)> {
     text.lines()
         .filter_map(|line| {
@@ -592,6 +584,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "cluster")]
     fn parses_cluster_nodes() {
         let text = "a 127.0.0.1:7101@17101 myself,master - 0 0 1 connected 0-5460\n\
                     b 127.0.0.1:7102@17102 master - 0 0 2 connected 5461-10922\n\

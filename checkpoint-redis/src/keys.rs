@@ -12,10 +12,10 @@
 //!   string order of the original, so `ZRANGEBYLEX` orders checkpoints by id exactly as the
 //!   contract compares them, with ties broken by the following components.
 
-use std::fmt::Write as _;
 use std::io::Write as _;
 
 use checkpoint_core::ChannelVersion;
+use checkpoint_core::backend::{canonical_json, digest128};
 use serde_json::Value;
 
 /// Encodes an identifier for use inside a key name (see the module docs).
@@ -230,55 +230,17 @@ pub(crate) fn unpack_list(mut input: &[u8]) -> Option<Vec<Vec<u8>>> {
     Some(out)
 }
 
-/// A canonical form of a JSON value for the metadata indexes: values equal under
-/// [`json_equal`](checkpoint_core::json_equal) have the same form (numbers by their `f64`
-/// value, objects by sorted keys, everything length-prefixed). Distinct values may share a
-/// form only for integers beyond 2^53 that round to the same `f64`; index reads re-check
-/// every candidate with the exact predicate, so this only costs a candidate.
-pub(crate) fn canonical(v: &Value) -> String {
-    let mut out = String::new();
-    canonical_into(&mut out, v);
-    out
-}
-
-fn canonical_into(out: &mut String, v: &Value) {
-    match v {
-        Value::Null => out.push('n'),
-        Value::Bool(true) => out.push('t'),
-        Value::Bool(false) => out.push('f'),
-        Value::Number(n) => {
-            let f = n.as_f64().unwrap_or(f64::NAN);
-            let f = if f == 0.0 { 0.0 } else { f };
-            let _ = write!(out, "d{f:e};");
-        }
-        Value::String(s) => {
-            let _ = write!(out, "s{}:{s}", s.len());
-        }
-        Value::Array(items) => {
-            let _ = write!(out, "a{}:", items.len());
-            for item in items {
-                canonical_into(out, item);
-            }
-        }
-        Value::Object(map) => {
-            let _ = write!(out, "o{}:", map.len());
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            for k in keys {
-                let _ = write!(out, "{}:{k}", k.len());
-                canonical_into(out, &map[k]);
-            }
-        }
-    }
-}
-
 /// Longest token kept readable; longer ones are hashed.
 const MAX_TOKEN: usize = 160;
 
 /// The index token of a metadata condition `key == value`: printable ASCII without NUL,
 /// so `token \0 ref` members parse unambiguously.
+///
+/// The value is in its canonical JSON text
+/// ([`canonical_json`](checkpoint_core::backend::canonical_json)), so values equal under
+/// `json_equal` give the same token; long tokens are a digest of key and value.
 pub(crate) fn token(key: &str, value: &Value) -> String {
-    let canon = canonical(value);
+    let canon = canonical_json(value);
     let mut readable = String::with_capacity(2 + 3 * (key.len() + canon.len()));
     readable.push('k');
     key_part_into(&mut readable, key);
@@ -291,21 +253,7 @@ pub(crate) fn token(key: &str, value: &Value) -> String {
     bytes.extend_from_slice(key.as_bytes());
     bytes.push(0);
     bytes.extend_from_slice(canon.as_bytes());
-    let (a, b) = fnv128(&bytes);
-    format!("h{a:016x}{b:016x}")
-}
-
-/// Two independent 64-bit FNV-1a hashes (different offset bases). A collision only costs a
-/// false candidate, which reads re-check; it can never make a match disappear.
-fn fnv128(bytes: &[u8]) -> (u64, u64) {
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut b: u64 = 0x6c62_272e_07bb_0142;
-    for &x in bytes {
-        a = (a ^ u64::from(x)).wrapping_mul(PRIME);
-        b = (b ^ u64::from(x.rotate_left(3))).wrapping_mul(PRIME);
-    }
-    (a, b)
+    format!("h{:032x}", digest128(&bytes))
 }
 
 /// Names of the keys of one saver (one key prefix).
@@ -457,10 +405,14 @@ mod tests {
     /// change: pinned here against literal strings.
     #[test]
     fn stored_token_and_field_formats_are_stable() {
-        assert_eq!(token("step", &json!(5)), "kstep=d5e0%3B");
-        assert_eq!(token("source", &json!("loop")), "ksource=s4%3Aloop");
-        assert_eq!(token("parents", &json!({})), "kparents=o0%3A");
-        assert_eq!(token("a b", &json!([1, "x"])), "ka%20b=a2%3Ad1e0%3Bs1%3Ax");
+        assert_eq!(token("step", &json!(5)), "kstep=5.0");
+        assert_eq!(token("source", &json!("loop")), "ksource=%22loop%22");
+        assert_eq!(token("parents", &json!({})), "kparents=%7B%7D");
+        assert_eq!(token("a b", &json!([1, "x"])), "ka%20b=%5B1.0%2C%22x%22%5D");
+        assert_eq!(
+            token("k", &json!("x".repeat(200))),
+            "ha20cd4a4788c398991e5a56c38dc5c63"
+        );
         assert_eq!(
             blob_field("", "messages", &ChannelVersion::Int(12)),
             b"\0messages\0i12".to_vec()

@@ -4,6 +4,7 @@ pub mod idempotent;
 pub mod messages;
 pub mod pending_markers;
 pub mod sanitize_on_load;
+#[cfg(feature = "testing")]
 pub mod scenarios;
 pub mod skip_unsafe_put;
 mod stack;

@@ -1,6 +1,6 @@
 //! The canonical stack of the four wrappers.
 
-use tower_layer::{Layer, Stack};
+use tower_layer::Layer;
 
 use crate::{
     Idempotent, IdempotentConfig, IdempotentLayer, PendingMarkers, PendingMarkersConfig,
@@ -13,11 +13,14 @@ use crate::{
 /// explains the order.
 pub type CanonicalStack<S> = SanitizeOnLoad<PendingMarkers<SkipUnsafePut<Idempotent<S>>>>;
 
-/// The [`Layer`] building a [`CanonicalStack`].
-pub type CanonicalLayer = Stack<
+/// The [`Layer`] building a [`CanonicalStack`]: the four layers as a tuple, outermost
+/// first (`tower_layer` applies a tuple's first layer outermost).
+pub type CanonicalLayer = (
+    SanitizeOnLoadLayer,
+    PendingMarkersLayer,
+    SkipUnsafePutLayer,
     IdempotentLayer,
-    Stack<SkipUnsafePutLayer, Stack<PendingMarkersLayer, SanitizeOnLoadLayer>>,
->;
+);
 
 /// The configuration of every layer of the canonical stack.
 #[derive(Clone, Debug, Default)]
@@ -34,6 +37,13 @@ pub struct StackConfig {
 }
 
 impl StackConfig {
+    /// Sets [`SanitizeConfig::write_back`](crate::SanitizeConfig::write_back): repaired
+    /// states are written back as new checkpoints.
+    pub fn write_back(mut self, yes: bool) -> Self {
+        self.sanitize = self.sanitize.write_back(yes);
+        self
+    }
+
     /// Uses `channel` as the message channel in every layer.
     pub fn channel(mut self, channel: impl Into<String>) -> Self {
         let channel = channel.into();
@@ -46,15 +56,11 @@ impl StackConfig {
 
 /// The layer of the canonical stack.
 pub fn canonical_layer(config: StackConfig) -> CanonicalLayer {
-    Stack::new(
+    (
+        SanitizeOnLoadLayer::new(config.sanitize),
+        PendingMarkersLayer::new(config.markers),
+        SkipUnsafePutLayer::new(config.skip),
         IdempotentLayer::new(config.idempotent),
-        Stack::new(
-            SkipUnsafePutLayer::new(config.skip),
-            Stack::new(
-                PendingMarkersLayer::new(config.markers),
-                SanitizeOnLoadLayer::new(config.sanitize),
-            ),
-        ),
     )
 }
 

@@ -7,7 +7,7 @@
 //! [`TypedValue::to_dynamic`], a closed decoder that never instantiates anything, keeps unknown
 //! msgpack extension types as opaque data and enforces [`DecodeLimits`].
 
-mod msgpack;
+pub mod msgpack;
 
 use std::fmt;
 use std::str::FromStr;

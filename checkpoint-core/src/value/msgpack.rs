@@ -1,4 +1,6 @@
-//! A closed, bounded MessagePack decoder.
+//! MessagePack, read safely: a closed, bounded decoder ([`decode_msgpack`]) and walkers that
+//! find where values and array elements end without decoding them ([`value_end`],
+//! [`array_elements`]).
 //!
 //! Every length read from the input is checked against the bytes that remain before anything
 //! is allocated (an element takes at least one byte), nesting is bounded by
@@ -6,6 +8,8 @@
 //! memory stays proportional to the input and a hostile blob gets a typed error. Extension
 //! types are kept as opaque `(type, bytes)` pairs, so re-encoding a decoded value reproduces a
 //! canonically encoded input byte for byte.
+
+use std::ops::Range;
 
 use rmp::Marker;
 use rmpv::Value;
@@ -16,6 +20,143 @@ use crate::{Error, Result};
 /// Decodes one msgpack value that must span all of `bytes`, under `limits`.
 pub fn decode_msgpack(bytes: &[u8], limits: &DecodeLimits) -> Result<Value> {
     Decoder::new(bytes, limits, true).run()
+}
+
+/// The offset just past the msgpack value that starts at `pos` in `buf`, found without
+/// decoding it.
+///
+/// Iterative (nested containers only add to the count of values still to skip, so any depth
+/// costs no stack), and every length is checked against the bytes that remain, so a hostile
+/// header fails at once instead of being trusted.
+///
+/// ```
+/// use checkpoint_core::msgpack::value_end;
+/// let bytes = [0x92, 0x01, 0xa1, b'x', 0xc0]; // [1, "x"], then nil
+/// assert_eq!(value_end(&bytes, 0)?, 4);
+/// assert_eq!(value_end(&bytes, 4)?, 5);
+/// assert!(value_end(&[0xdc, 0xff, 0xff], 0).is_err()); // 65535 items, no bytes
+/// # Ok::<(), checkpoint_core::Error>(())
+/// ```
+pub fn value_end(buf: &[u8], mut pos: usize) -> Result<usize> {
+    let mut remaining: usize = 1;
+    while remaining > 0 {
+        remaining -= 1;
+        let byte = *buf
+            .get(pos)
+            .ok_or_else(|| malformed(format!("truncated value at offset {pos}")))?;
+        pos += 1;
+        let (payload, items) = match Marker::from_u8(byte) {
+            Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
+                (0, 0)
+            }
+            Marker::U8 | Marker::I8 => (1, 0),
+            Marker::U16 | Marker::I16 => (2, 0),
+            Marker::U32 | Marker::I32 | Marker::F32 => (4, 0),
+            Marker::U64 | Marker::I64 | Marker::F64 => (8, 0),
+            Marker::FixStr(n) => (usize::from(n), 0),
+            Marker::Str8 | Marker::Bin8 => (read_len(buf, &mut pos, 1)?, 0),
+            Marker::Str16 | Marker::Bin16 => (read_len(buf, &mut pos, 2)?, 0),
+            Marker::Str32 | Marker::Bin32 => (read_len(buf, &mut pos, 4)?, 0),
+            Marker::FixExt1 => (2, 0),
+            Marker::FixExt2 => (3, 0),
+            Marker::FixExt4 => (5, 0),
+            Marker::FixExt8 => (9, 0),
+            Marker::FixExt16 => (17, 0),
+            Marker::Ext8 => (read_len(buf, &mut pos, 1)?.saturating_add(1), 0),
+            Marker::Ext16 => (read_len(buf, &mut pos, 2)?.saturating_add(1), 0),
+            Marker::Ext32 => (read_len(buf, &mut pos, 4)?.saturating_add(1), 0),
+            Marker::FixArray(n) => (0, usize::from(n)),
+            Marker::Array16 => (0, read_len(buf, &mut pos, 2)?),
+            Marker::Array32 => (0, read_len(buf, &mut pos, 4)?),
+            Marker::FixMap(n) => (0, 2 * usize::from(n)),
+            Marker::Map16 => (0, read_len(buf, &mut pos, 2)?.saturating_mul(2)),
+            Marker::Map32 => (0, read_len(buf, &mut pos, 4)?.saturating_mul(2)),
+            Marker::Reserved => {
+                return Err(malformed(format!(
+                    "reserved marker 0xc1 at offset {}",
+                    pos - 1
+                )));
+            }
+        };
+        pos = pos
+            .checked_add(payload)
+            .filter(|&end| end <= buf.len())
+            .ok_or_else(|| malformed(format!("truncated value before offset {pos}")))?;
+        remaining = remaining.saturating_add(items);
+        // Every value still to skip takes at least one byte.
+        if remaining > buf.len() - pos {
+            return Err(malformed(format!(
+                "declares {remaining} more values at offset {pos} but only {} bytes remain",
+                buf.len() - pos
+            )));
+        }
+    }
+    Ok(pos)
+}
+
+/// `(element count, header length)` of the msgpack array `buf` starts with, or `None` when
+/// `buf` does not start with an array marker. The count is checked against the bytes that
+/// follow (each element takes at least one).
+pub fn array_header(buf: &[u8]) -> Result<Option<(usize, usize)>> {
+    let Some(&first) = buf.first() else {
+        return Ok(None);
+    };
+    let mut pos = 1;
+    let count = match Marker::from_u8(first) {
+        Marker::FixArray(n) => usize::from(n),
+        Marker::Array16 => read_len(buf, &mut pos, 2)?,
+        Marker::Array32 => read_len(buf, &mut pos, 4)?,
+        _ => return Ok(None),
+    };
+    if count > buf.len() - pos {
+        return Err(malformed(format!(
+            "an array declares {count} elements but only {} bytes follow",
+            buf.len() - pos
+        )));
+    }
+    Ok(Some((count, pos)))
+}
+
+/// The byte ranges of the elements of the msgpack array that spans exactly all of `buf`,
+/// or `None` when `buf` does not start with an array marker.
+///
+/// ```
+/// use checkpoint_core::msgpack::array_elements;
+/// let list = rmp_serde::to_vec(&vec!["a", "bc"]).unwrap();
+/// let ranges = array_elements(&list)?.expect("an array");
+/// assert_eq!(&list[ranges[1].clone()], b"\xa2bc");
+/// # Ok::<(), checkpoint_core::Error>(())
+/// ```
+pub fn array_elements(buf: &[u8]) -> Result<Option<Vec<Range<usize>>>> {
+    let Some((count, mut pos)) = array_header(buf)? else {
+        return Ok(None);
+    };
+    let mut ranges = Vec::with_capacity(count);
+    for _ in 0..count {
+        let end = value_end(buf, pos)?;
+        ranges.push(pos..end);
+        pos = end;
+    }
+    if pos != buf.len() {
+        return Err(malformed(format!(
+            "{} trailing bytes after the array",
+            buf.len() - pos
+        )));
+    }
+    Ok(Some(ranges))
+}
+
+/// Reads a big-endian length of `width` bytes at `pos` and moves `pos` past it.
+fn read_len(buf: &[u8], pos: &mut usize, width: usize) -> Result<usize> {
+    let end = pos
+        .checked_add(width)
+        .filter(|&e| e <= buf.len())
+        .ok_or_else(|| malformed(format!("truncated length at offset {pos}")))?;
+    let n = buf[*pos..end]
+        .iter()
+        .fold(0u64, |n, &b| (n << 8) | u64::from(b));
+    *pos = end;
+    usize::try_from(n).map_err(|_| malformed("length overflows usize"))
 }
 
 /// Walks one msgpack value under `limits` without building it.
@@ -351,6 +492,28 @@ mod tests {
             let full = decode_msgpack(&bytes, &limits);
             let walked = validate(&bytes, &limits);
             prop_assert_eq!(full.is_ok(), walked.is_ok());
+            // The skipping walkers agree with the decoder on where a valid value ends.
+            match value_end(&bytes, 0) {
+                Ok(end) if end == bytes.len() && full.is_ok() => {}
+                Ok(end) => prop_assert!(end < bytes.len() || full.is_err()),
+                Err(_) => prop_assert!(full.is_err()),
+            }
+            let _ = array_elements(&bytes);
+        }
+
+        #[test]
+        fn walkers_find_every_element_of_a_list(items in proptest::collection::vec(arb_value(), 0..12)) {
+            let list = encode(&Value::Array(items.clone()));
+            prop_assert_eq!(value_end(&list, 0).unwrap(), list.len());
+            let ranges = array_elements(&list).unwrap().unwrap();
+            prop_assert_eq!(ranges.len(), items.len());
+            for (range, item) in ranges.into_iter().zip(&items) {
+                prop_assert_eq!(&list[range], &encode(item)[..]);
+            }
+            // Every strict prefix is truncated: an error, never a panic or a wrong end.
+            for cut in 0..list.len() {
+                prop_assert!(value_end(&list[..cut], 0).is_err());
+            }
         }
     }
 
@@ -413,6 +576,20 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn walkers_reject_impossible_counts_and_non_arrays() {
+        assert!(value_end(&[0xdd, 0xff, 0xff, 0xff, 0xff], 0).is_err());
+        assert!(value_end(&[0xdf, 0x00, 0x00, 0x00, 0x01, 0xc0], 0).is_err()); // key without value
+        assert!(value_end(&[0xc1], 0).is_err());
+        assert!(array_header(&[0xdc, 0x00, 0x05, 0xc0]).is_err());
+        assert_eq!(array_header(&[0x80]).unwrap(), None);
+        assert_eq!(array_header(&[]).unwrap(), None);
+        assert_eq!(array_header(&[0x92, 0xc0, 0xc0]).unwrap(), Some((2, 1)));
+        assert!(array_elements(&[0x91, 0xc0, 0xc0]).is_err()); // trailing byte
+        // A million nested arrays: no stack, just a count (truncated: an error).
+        assert!(value_end(&vec![0x91; 1_000_000], 0).is_err());
     }
 
     #[test]

@@ -110,8 +110,8 @@ pub(crate) fn spawn_renewal<S: Saver + Clone>(
                     if lost.load(Ordering::SeqCst) {
                         continue;
                     }
-                    if let Err(e) = saver.renew_lease(&lease, ttl).await {
-                        if !e.is_transient() {
+                    if let Err(e) = saver.renew_lease(&lease, ttl).await
+                        && !e.is_transient() {
                             lost.store(true, Ordering::SeqCst);
                             tracing::warn!(
                                 thread_id = %lease.thread_id,
@@ -120,7 +120,6 @@ pub(crate) fn spawn_renewal<S: Saver + Clone>(
                                 "thread lease lost: another holder took over; fenced writes will be refused"
                             );
                         }
-                    }
                 }
             }
         }
@@ -187,10 +186,10 @@ impl ThreadGuard {
             if let Some(stop) = held.stop.take() {
                 let _ = stop.send(());
             }
-            if let Some(task) = held.task.take() {
-                if let Err(e) = task.await {
-                    tracing::warn!(error = %e, "the lease renewal task failed");
-                }
+            if let Some(task) = held.task.take()
+                && let Err(e) = task.await
+            {
+                tracing::warn!(error = %e, "the lease renewal task failed");
             }
         }
         // Drop releases the local lock.

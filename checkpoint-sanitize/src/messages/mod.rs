@@ -293,7 +293,7 @@ impl MessageList {
                     }
                     _ => return Ok(None),
                 };
-                let Some(ranges) = raw::msgpack_array_elements(&body)? else {
+                let Some(ranges) = checkpoint_core::msgpack::array_elements(&body)? else {
                     return Ok(None);
                 };
                 (Container::Msgpack { delta }, body, items, ranges)

@@ -309,11 +309,11 @@ fn tool_calls_of(kwargs: &[(Value, Value)]) -> Vec<ToolCall> {
             add(call_from_map(item), false);
         }
     }
-    if let Some(Value::Map(extra)) = get(kwargs, "additional_kwargs") {
-        if let Some(Value::Array(items)) = get(extra, "tool_calls") {
-            for item in items.iter().filter_map(as_map) {
-                add(call_from_map(item), false);
-            }
+    if let Some(Value::Map(extra)) = get(kwargs, "additional_kwargs")
+        && let Some(Value::Array(items)) = get(extra, "tool_calls")
+    {
+        for item in items.iter().filter_map(as_map) {
+            add(call_from_map(item), false);
         }
     }
     if let Some(Value::Array(blocks)) = get(kwargs, "content") {

@@ -8,7 +8,6 @@
 use std::ops::Range;
 
 use checkpoint_core::{Error, Result};
-use rmp::Marker;
 use rmpv::Value;
 
 /// LangGraph's `EXT_DELTA_SNAPSHOT`: a delta channel's snapshot wraps the channel value.
@@ -45,118 +44,6 @@ fn malformed(reason: impl Into<String>) -> Error {
         reason: reason.into(),
         source: None,
     }
-}
-
-/// The byte ranges of the elements of the msgpack array at the start of `buf` (which must
-/// hold exactly one array). `None` when `buf` does not start with an array marker.
-pub(crate) fn msgpack_array_elements(buf: &[u8]) -> Result<Option<Vec<Range<usize>>>> {
-    let Some(&first) = buf.first() else {
-        return Ok(None);
-    };
-    let mut pos = 1;
-    let n = match Marker::from_u8(first) {
-        Marker::FixArray(n) => usize::from(n),
-        Marker::Array16 => read_len(buf, &mut pos, 2)?,
-        Marker::Array32 => read_len(buf, &mut pos, 4)?,
-        _ => return Ok(None),
-    };
-    if n > buf.len() {
-        return Err(malformed(
-            "array declares more elements than there are bytes",
-        ));
-    }
-    let mut ranges = Vec::with_capacity(n);
-    for _ in 0..n {
-        let end = skip_value(buf, pos)?;
-        ranges.push(pos..end);
-        pos = end;
-    }
-    if pos != buf.len() {
-        return Err(malformed("trailing bytes after a msgpack array"));
-    }
-    Ok(Some(ranges))
-}
-
-fn read_len(buf: &[u8], pos: &mut usize, width: usize) -> Result<usize> {
-    let end = pos
-        .checked_add(width)
-        .filter(|&e| e <= buf.len())
-        .ok_or_else(|| malformed("truncated msgpack length"))?;
-    let mut n: usize = 0;
-    for &b in &buf[*pos..end] {
-        n = (n << 8) | usize::from(b);
-    }
-    *pos = end;
-    Ok(n)
-}
-
-/// The offset just past the msgpack value starting at `pos`. Iterative (no recursion), every
-/// length checked against the buffer.
-fn skip_value(buf: &[u8], mut pos: usize) -> Result<usize> {
-    let mut remaining: usize = 1;
-    while remaining > 0 {
-        remaining -= 1;
-        let Some(&byte) = buf.get(pos) else {
-            return Err(malformed("truncated msgpack value"));
-        };
-        pos += 1;
-        let payload = match Marker::from_u8(byte) {
-            Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
-                0
-            }
-            Marker::U8 | Marker::I8 => 1,
-            Marker::U16 | Marker::I16 => 2,
-            Marker::U32 | Marker::I32 | Marker::F32 => 4,
-            Marker::U64 | Marker::I64 | Marker::F64 => 8,
-            Marker::FixStr(n) => usize::from(n),
-            Marker::Str8 | Marker::Bin8 => read_len(buf, &mut pos, 1)?,
-            Marker::Str16 | Marker::Bin16 => read_len(buf, &mut pos, 2)?,
-            Marker::Str32 | Marker::Bin32 => read_len(buf, &mut pos, 4)?,
-            Marker::FixExt1 => 2,
-            Marker::FixExt2 => 3,
-            Marker::FixExt4 => 5,
-            Marker::FixExt8 => 9,
-            Marker::FixExt16 => 17,
-            Marker::Ext8 => read_len(buf, &mut pos, 1)?.saturating_add(1),
-            Marker::Ext16 => read_len(buf, &mut pos, 2)?.saturating_add(1),
-            Marker::Ext32 => read_len(buf, &mut pos, 4)?.saturating_add(1),
-            Marker::FixArray(n) => {
-                remaining = remaining.saturating_add(usize::from(n));
-                0
-            }
-            Marker::Array16 => {
-                remaining = remaining.saturating_add(read_len(buf, &mut pos, 2)?);
-                0
-            }
-            Marker::Array32 => {
-                remaining = remaining.saturating_add(read_len(buf, &mut pos, 4)?);
-                0
-            }
-            Marker::FixMap(n) => {
-                remaining = remaining.saturating_add(usize::from(n) * 2);
-                0
-            }
-            Marker::Map16 => {
-                remaining = remaining.saturating_add(read_len(buf, &mut pos, 2)?.saturating_mul(2));
-                0
-            }
-            Marker::Map32 => {
-                remaining = remaining.saturating_add(read_len(buf, &mut pos, 4)?.saturating_mul(2));
-                0
-            }
-            Marker::Reserved => return Err(malformed("reserved msgpack marker 0xc1")),
-        };
-        if remaining > buf.len() {
-            return Err(malformed(
-                "msgpack value declares more items than there are bytes",
-            ));
-        }
-        pos = pos
-            .checked_add(payload)
-            .filter(|&e| e <= buf.len())
-            .ok_or_else(|| malformed("truncated msgpack value"))?;
-    }
-    Ok(pos)
 }
 
 /// The element ranges and the surrounding text of a JSON array. `None` when the text is not
@@ -335,6 +222,7 @@ pub(crate) fn from_json(v: &serde_json::Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use checkpoint_core::msgpack::array_elements;
 
     #[test]
     fn msgpack_ranges_cover_each_element_exactly() {
@@ -346,7 +234,7 @@ mod tests {
             Value::F64(1.5),
         ]);
         let bytes = encode_msgpack(&list).unwrap();
-        let ranges = msgpack_array_elements(&bytes).unwrap().unwrap();
+        let ranges = array_elements(&bytes).unwrap().unwrap();
         let Value::Array(items) = &list else {
             unreachable!()
         };
@@ -371,10 +259,10 @@ mod tests {
             vec![0x91, 0xc9, 0xff, 0xff, 0xff, 0xff, 0x01],
             vec![0xdc, 0xff, 0xff],
         ] {
-            assert!(msgpack_array_elements(&bytes).is_err(), "{bytes:x?}");
+            assert!(array_elements(&bytes).is_err(), "{bytes:x?}");
         }
-        assert!(msgpack_array_elements(&[0xa1, b'x']).unwrap().is_none());
-        assert!(msgpack_array_elements(&[]).unwrap().is_none());
+        assert!(array_elements(&[0xa1, b'x']).unwrap().is_none());
+        assert!(array_elements(&[]).unwrap().is_none());
     }
 
     #[test]

@@ -330,14 +330,16 @@ pub(super) fn repair(list: &MessageList, options: &RepairOptions) -> Result<Repa
         let m = &slot.message;
         let first_result = m.parts.iter().position(|p| matches!(p, Part::Result(_)));
         let first_content = m.parts.iter().position(|p| matches!(p, Part::Content));
-        if let (Some(r), Some(c)) = (first_result, first_content) {
-            if c < r && m.role() != Role::Ai && m.role() != Role::Tool {
-                slot.message = results_first(m)?;
-                slot.edited = true;
-                actions.push(RepairAction::ReorderedToolResults {
-                    message_index: slot.origin.unwrap_or(usize::MAX),
-                });
-            }
+        if let (Some(r), Some(c)) = (first_result, first_content)
+            && c < r
+            && m.role() != Role::Ai
+            && m.role() != Role::Tool
+        {
+            slot.message = results_first(m)?;
+            slot.edited = true;
+            actions.push(RepairAction::ReorderedToolResults {
+                message_index: slot.origin.unwrap_or(usize::MAX),
+            });
         }
     }
 

@@ -453,10 +453,10 @@ impl<S: Saver> SanitizeOnLoad<S> {
             .list(options)
             .map(move |item| {
                 let (tuple, report) = sanitize(&config, item?)?;
-                if report.repaired() {
-                    if let Some(hook) = &config.on_report {
-                        hook.call(&report);
-                    }
+                if report.repaired()
+                    && let Some(hook) = &config.on_report
+                {
+                    hook.call(&report);
                 }
                 Ok((tuple, report))
             })
@@ -464,10 +464,10 @@ impl<S: Saver> SanitizeOnLoad<S> {
     }
 
     fn notify(&self, report: &SanitizeReport) {
-        if report.repaired() {
-            if let Some(hook) = &self.config.on_report {
-                hook.call(report);
-            }
+        if report.repaired()
+            && let Some(hook) = &self.config.on_report
+        {
+            hook.call(report);
         }
     }
 }

@@ -1,8 +1,9 @@
-//! The field reports' failures (`shared/seeds/000`, `002`, `004`) as runnable scenarios.
+//! The field reports' failures (seeds 000, 002 and 004 of the project's field reports) as
+//! runnable scenarios: test support for backends (feature `testing`).
 //!
 //! Each scenario is a `pub async fn` taking the backend as an `Arc<dyn Saver>`, so every
-//! backend crate can run them on its own saver (`checkpoint-sanitize/tests/scenarios.rs`
-//! runs them on [`InMemorySaver`](checkpoint_core::InMemorySaver)). A scenario returns
+//! backend crate runs them on its own saver, usually all at once with [`run_all`] and its
+//! conformance factory. A scenario returns
 //! `Ok(())` when the behavior the report asks for holds, [`ScenarioError::Failed`] with an
 //! explanation when it does not, and [`ScenarioError::Unsupported`] when the backend lacks
 //! a capability the scenario needs. Every scenario works on fresh, uniquely named threads
@@ -20,17 +21,20 @@
 mod seed_000;
 mod seed_002;
 mod seed_004;
+mod seed_004_markers;
 
 use std::fmt;
 
+use checkpoint_conformance::SaverFactory;
 use checkpoint_core::{ChannelVersions, Checkpoint, Error, TypedValue};
 
 pub use seed_000::seed_000_interrupt_presented_exactly_once;
 pub use seed_002::seed_002_approval_resume_sends_email_once;
 pub use seed_004::{
     seed_004_concurrent_messages_do_not_interleave, seed_004_crash_between_tool_calls_and_results,
-    seed_004_guard_never_persists_unsafe_state, seed_004_markers_replay_or_resolve,
+    seed_004_guard_never_persists_unsafe_state,
 };
+pub use seed_004_markers::seed_004_markers_replay_or_resolve;
 
 use crate::messages::ToolCall;
 
@@ -103,6 +107,43 @@ pub const ALL: &[(&str, ScenarioFn)] = &[
         Box::pin(seed_004_markers_replay_or_resolve(s))
     }),
 ];
+
+/// Runs every scenario of [`ALL`], each against a fresh saver from `factory` (torn down
+/// after it), and panics naming the first one that fails. When the factory cannot run here
+/// ([`SaverFactory::skip_reason`]) it prints why and returns, unless servers are required
+/// ([`checkpoint_conformance::servers_required`]), where it panics.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use checkpoint_core::{InMemorySaver, Saver};
+/// let memory = checkpoint_conformance::factory_fn(|| async {
+///     Ok(Arc::new(InMemorySaver::new()) as Arc<dyn Saver>)
+/// });
+/// checkpoint_sanitize::scenarios::run_all(&memory).await;
+/// # });
+/// ```
+pub async fn run_all(factory: &dyn SaverFactory) {
+    if let Some(reason) = factory.skip_reason() {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "the field report scenarios need their backend (CI=true or CHECKPOINT_TEST_REQUIRE=1): {reason}"
+        );
+        eprintln!("field report scenarios: SKIPPED: {reason}");
+        return;
+    }
+    for (name, run) in ALL {
+        let saver = match factory.build().await {
+            Ok(saver) => saver,
+            Err(e) => panic!("scenario {name}: the saver factory failed: {e}"),
+        };
+        let outcome = run(saver).await;
+        factory.teardown().await;
+        if let Err(e) = outcome {
+            panic!("scenario {name} failed: {e}");
+        }
+    }
+}
 
 /// Fails the scenario with a message unless `cond` holds.
 macro_rules! check {

@@ -335,10 +335,10 @@ impl<S> SkipUnsafePut<S> {
                 continue;
             }
             new_versions.insert(channel.clone(), version.clone());
-            if !checkpoint.channel_values.contains_key(channel) {
-                if let Some(v) = carry.values.get(channel) {
-                    checkpoint.channel_values.insert(channel.clone(), v.clone());
-                }
+            if !checkpoint.channel_values.contains_key(channel)
+                && let Some(v) = carry.values.get(channel)
+            {
+                checkpoint.channel_values.insert(channel.clone(), v.clone());
             }
         }
         true
@@ -444,7 +444,7 @@ impl<S: Saver> Saver for SkipUnsafePut<S> {
         if self.config.policy == UnsafePutPolicy::Reject {
             return Err(reject(""));
         }
-        checkpoint_core::validate_put(&parent, &checkpoint, &new_versions)?;
+        checkpoint_core::backend::validate_put(&parent, &checkpoint, &new_versions)?;
         let Some(parent_id) = parent.checkpoint_id.clone() else {
             return Err(reject(" and it has no parent to fall back to"));
         };

@@ -1,0 +1,24 @@
+//! Building blocks for savers: the pieces every backend needs, written once.
+//!
+//! A backend built on these gets the contract's argument checks, `list` paging and metadata
+//! index entries exactly as the other backends have them:
+//!
+//! * [`Identifiers`]: the argument checks of [`Saver::put`](crate::Saver::put),
+//!   [`Saver::put_writes`](crate::Saver::put_writes) and the coordination calls, under the
+//!   backend's own limits on identifiers (length, NUL);
+//! * [`paged`]: [`Saver::list`](crate::Saver::list) as a lazy stream over pages the backend
+//!   fetches one at a time;
+//! * [`canonical_json`] and [`digest128`]: the text of a metadata condition such that
+//!   values equal under [`json_equal`](crate::json_equal) get equal text, and a stable
+//!   128-bit digest for entries too long to index as they are;
+//! * [`msgpack`](crate::msgpack): walking stored MessagePack without decoding it.
+
+mod checks;
+mod index;
+mod paging;
+
+pub use checks::{
+    Identifiers, validate_claim_request, validate_lease_request, validate_put, validate_put_writes,
+};
+pub use index::{canonical_json, canonical_json_into, digest128};
+pub use paging::{Page, paged};

@@ -1,0 +1,195 @@
+//! `list` as a lazy stream over pages a backend fetches one at a time.
+
+use std::collections::VecDeque;
+use std::future::Future;
+
+use futures::stream::{self, BoxStream, StreamExt};
+
+use crate::{CheckpointTuple, Result};
+
+/// One page of a [`paged`] stream.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Page {
+    /// Tuples in list order (they may be fewer than asked for, even none, when the backend
+    /// stopped early, e.g. after a scan budget).
+    pub tuples: Vec<CheckpointTuple>,
+    /// Whether nothing follows this page.
+    pub last: bool,
+}
+
+impl Page {
+    /// A page of `tuples`, with `last` telling whether nothing follows.
+    pub fn new(tuples: Vec<CheckpointTuple>, last: bool) -> Self {
+        Self { tuples, last }
+    }
+}
+
+/// Builds the stream [`Saver::list`](crate::Saver::list) returns from a page fetcher.
+///
+/// `fetch(state, want)` reads the next page (`want` is at most `page_size`, and never more
+/// than what `limit` leaves) and hands the state back for the next call; the state is the
+/// backend's cursor, connection handle or anything else a page needs. The stream yields the
+/// tuples of each page in order, asks for the next page only when the previous one is
+/// consumed (so at most one page is held in memory), stops after `limit` tuples or a page
+/// marked [`last`](Page::last), and ends after yielding the first error.
+///
+/// ```
+/// use checkpoint_core::backend::{Page, paged};
+/// use futures::StreamExt;
+/// // A backend whose "store" is a counter: pages of up to `want` numbers below 10.
+/// let stream = paged(Some(5), 2, 0usize, |next, want| async move {
+///     let ids: Vec<usize> = (next..10).take(want).collect();
+///     let after = next + ids.len();
+///     Ok::<_, checkpoint_core::Error>((after, Page::new(Vec::new(), after >= 10)))
+/// });
+/// # let _ = stream;
+/// ```
+pub fn paged<S, F, Fut>(
+    limit: Option<usize>,
+    page_size: usize,
+    state: S,
+    fetch: F,
+) -> BoxStream<'static, Result<CheckpointTuple>>
+where
+    S: Send + 'static,
+    F: FnMut(S, usize) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(S, Page)>> + Send + 'static,
+{
+    let paging = Paging {
+        state: Some(state),
+        fetch,
+        remaining: limit,
+        page_size: page_size.max(1),
+        buffer: VecDeque::new(),
+        last: false,
+    };
+    stream::unfold(paging, |mut p| async move {
+        loop {
+            if p.remaining == Some(0) {
+                return None;
+            }
+            if let Some(t) = p.buffer.pop_front() {
+                p.remaining = p.remaining.map(|r| r - 1);
+                return Some((Ok(t), p));
+            }
+            if p.last {
+                return None;
+            }
+            let state = p.state.take()?;
+            let want = p.remaining.map_or(p.page_size, |r| r.min(p.page_size));
+            match (p.fetch)(state, want).await {
+                Ok((state, page)) => {
+                    p.state = Some(state);
+                    p.last = page.last;
+                    p.buffer.extend(page.tuples);
+                }
+                Err(e) => {
+                    p.last = true;
+                    p.buffer.clear();
+                    return Some((Err(e), p));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+struct Paging<S, F> {
+    state: Option<S>,
+    fetch: F,
+    remaining: Option<usize>,
+    page_size: usize,
+    buffer: VecDeque<CheckpointTuple>,
+    last: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Checkpoint, CheckpointConfig, CheckpointMetadata, Error};
+    use futures::TryStreamExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn tuple(n: usize) -> CheckpointTuple {
+        CheckpointTuple {
+            config: CheckpointConfig::new(format!("t{n}")),
+            checkpoint: Checkpoint::new(),
+            metadata: CheckpointMetadata::new(),
+            parent_config: None,
+            pending_writes: Vec::new(),
+        }
+    }
+
+    /// Numbers below `total` in pages of `want`, counting the fetches.
+    fn numbers(
+        total: usize,
+        limit: Option<usize>,
+        fetches: Arc<AtomicUsize>,
+    ) -> BoxStream<'static, Result<CheckpointTuple>> {
+        paged(limit, 3, 0usize, move |next, want| {
+            fetches.fetch_add(1, Ordering::SeqCst);
+            async move {
+                assert!(want <= 3 && want > 0);
+                let page: Vec<_> = (next..total).take(want).map(tuple).collect();
+                let after = next + page.len();
+                Ok((after, Page::new(page, after >= total)))
+            }
+        })
+    }
+
+    fn run<T>(f: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn pages_are_fetched_lazily_and_limits_apply() {
+        run(async {
+            let fetches = Arc::new(AtomicUsize::new(0));
+            let all: Vec<_> = numbers(8, None, fetches.clone())
+                .try_collect()
+                .await
+                .unwrap();
+            assert_eq!(all.len(), 8);
+            assert_eq!(all[7].config.thread_id, "t7");
+            assert_eq!(fetches.load(Ordering::SeqCst), 3);
+
+            let fetches = Arc::new(AtomicUsize::new(0));
+            let four: Vec<_> = numbers(8, Some(4), fetches.clone())
+                .try_collect()
+                .await
+                .unwrap();
+            assert_eq!(four.len(), 4);
+            assert_eq!(fetches.load(Ordering::SeqCst), 2, "3 then 1");
+
+            let fetches = Arc::new(AtomicUsize::new(0));
+            let none: Vec<_> = numbers(8, Some(0), fetches.clone())
+                .try_collect()
+                .await
+                .unwrap();
+            assert!(none.is_empty());
+            assert_eq!(fetches.load(Ordering::SeqCst), 0);
+        });
+    }
+
+    #[test]
+    fn empty_pages_continue_and_errors_end_the_stream() {
+        run(async {
+            // Two empty, non-final pages, then one tuple, then an error.
+            let stream = paged(None, 10, 0u8, |step, _| async move {
+                match step {
+                    0 | 1 => Ok((step + 1, Page::new(Vec::new(), false))),
+                    2 => Ok((3, Page::new(vec![tuple(0)], false))),
+                    _ => Err(Error::invalid("boom")),
+                }
+            });
+            let items: Vec<_> = stream.collect().await;
+            assert_eq!(items.len(), 2);
+            assert!(items[0].is_ok());
+            assert!(items[1].is_err());
+        });
+    }
+}

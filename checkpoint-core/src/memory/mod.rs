@@ -1,0 +1,480 @@
+//! [`InMemorySaver`]: the reference implementation of the [`Saver`] contract.
+
+mod list;
+mod store;
+
+use std::collections::HashSet;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::backend::{
+    Page, paged, validate_claim_request, validate_lease_request, validate_put, validate_put_writes,
+};
+use crate::writes::{replaces_existing, write_index};
+use crate::{
+    Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
+    CheckpointTuple, Claim, Error, Lease, ListOptions, PruneStrategy, PutMode, PutOptions,
+    PutWritesOptions, Result, Saver, TypedValue,
+};
+use list::{Cursor, next_page};
+use store::{LeaseState, LedgerEntry, LedgerState, Store, Stored, StoredWrite, ThreadData};
+
+/// How many tuples one step of a `list` stream reads under the lock.
+const PAGE: usize = 64;
+
+/// The in-memory reference saver: every operation of the contract, extended ones included,
+/// with per-channel-version value dedup and compare-and-set.
+///
+/// Clones share the same store. It is thread-safe: every operation takes a lock for its
+/// duration and never awaits while holding it, so operations are atomic and linearizable.
+/// `list` pages through ordered indexes (no whole-history snapshot).
+///
+/// ```
+/// use checkpoint_core::{Checkpoint, CheckpointConfig, CheckpointMetadata, InMemorySaver, Saver, PutOptions};
+/// # tokio_test_block_on(async {
+/// let saver = InMemorySaver::new();
+/// let mut cp = Checkpoint::new();
+/// let v = cp.set("messages", &vec!["hello"])?;
+/// let cfg = saver
+///     .put(&CheckpointConfig::new("t1"), cp, CheckpointMetadata::new(), [("messages".into(), v)].into(), PutOptions::new())
+///     .await?;
+/// let tuple = saver.get_tuple(&cfg).await?.expect("stored");
+/// assert_eq!(tuple.checkpoint.require::<Vec<String>>("messages")?, ["hello"]);
+/// # Ok::<(), checkpoint_core::Error>(()) });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct InMemorySaver {
+    store: Arc<RwLock<Store>>,
+}
+
+impl InMemorySaver {
+    /// An empty saver.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Store> {
+        self.store.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Store> {
+        self.store.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Total length of the stored serialized payloads: value and write bytes, plus each
+    /// checkpoint (without values) and its metadata as JSON. This is the figure the
+    /// benchmark reports as "bytes stored" for this saver.
+    pub fn stored_bytes(&self) -> usize {
+        let store = self.read();
+        let mut total = 0;
+        for thread in store.threads.values() {
+            for ns in thread.namespaces.values() {
+                for stored in ns.checkpoints.values() {
+                    total += serde_json::to_vec(&stored.checkpoint).map_or(0, |v| v.len());
+                    total += serde_json::to_vec(&stored.metadata).map_or(0, |v| v.len());
+                }
+                for versions in ns.blobs.values() {
+                    total += versions
+                        .values()
+                        .flatten()
+                        .map(TypedValue::len)
+                        .sum::<usize>();
+                }
+                for writes in ns.writes.values() {
+                    total += writes.values().map(|w| w.value.len()).sum::<usize>();
+                }
+            }
+        }
+        total
+    }
+}
+
+#[async_trait]
+impl Saver for InMemorySaver {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
+        let thread_id = config.require_thread()?;
+        let store = self.read();
+        let Some(data) = store
+            .threads
+            .get(thread_id)
+            .and_then(|t| t.namespaces.get(&config.checkpoint_ns))
+        else {
+            return Ok(None);
+        };
+        let id = match &config.checkpoint_id {
+            Some(id) => id.as_str(),
+            None => match data.checkpoints.keys().next_back() {
+                Some(id) => id.as_str(),
+                None => return Ok(None),
+            },
+        };
+        Ok(data.tuple(thread_id, &config.checkpoint_ns, id))
+    }
+
+    fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
+        let store = Arc::clone(&self.store);
+        paged(
+            options.limit,
+            PAGE,
+            Cursor::Start,
+            move |mut cursor, want| {
+                let page = {
+                    let store = store.read().unwrap_or_else(PoisonError::into_inner);
+                    next_page(&store, &options, &mut cursor, want)
+                };
+                let last = matches!(cursor, Cursor::Done);
+                async move { Ok((cursor, Page::new(page, last))) }
+            },
+        )
+    }
+
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        mut checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        options: PutOptions,
+    ) -> Result<CheckpointConfig> {
+        validate_put(config, &checkpoint, &new_versions)?;
+        let thread_id = config.thread_id.clone();
+        let ns = config.checkpoint_ns.clone();
+        let parent = config.checkpoint_id.clone();
+        let id = checkpoint.id.clone();
+        let values = std::mem::take(&mut checkpoint.channel_values);
+
+        let mut store = self.write();
+        store.check_fence(&thread_id, options.fence)?;
+        let thread = store.threads.entry(thread_id.clone()).or_default();
+        let data = thread.namespaces.entry(ns.clone()).or_default();
+        if options.mode == PutMode::CompareAndSet {
+            let head = data.checkpoints.keys().next_back().cloned();
+            let retry_of_winner = head.as_deref() == Some(id.as_str())
+                && data
+                    .checkpoints
+                    .get(&id)
+                    .is_some_and(|s| s.parent == parent);
+            if head != parent && !retry_of_winner {
+                let expected = parent;
+                store.drop_empty(&thread_id);
+                return Err(Error::Conflict {
+                    thread_id,
+                    checkpoint_ns: ns,
+                    expected,
+                    found: head,
+                });
+            }
+        }
+        for (channel, version) in new_versions {
+            let value = values.get(&channel).cloned();
+            data.blobs
+                .entry(channel)
+                .or_default()
+                .entry(version)
+                .or_insert(value);
+        }
+        data.checkpoints.insert(
+            id.clone(),
+            Stored {
+                checkpoint,
+                metadata,
+                parent,
+            },
+        );
+        thread.by_id.insert((id.clone(), ns.clone()));
+        store
+            .global
+            .insert((id.clone(), thread_id.clone(), ns.clone()));
+        Ok(CheckpointConfig::new(thread_id)
+            .with_ns(ns)
+            .with_checkpoint_id(id))
+    }
+
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(String, TypedValue)>,
+        task_id: &str,
+        options: PutWritesOptions,
+    ) -> Result<()> {
+        let Some(checkpoint_id) = validate_put_writes(config, &writes)? else {
+            return Ok(());
+        };
+        let checkpoint_id = checkpoint_id.to_owned();
+        let replace = replaces_existing(&writes);
+        let mut store = self.write();
+        store.check_fence(&config.thread_id, options.fence)?;
+        let data = store
+            .threads
+            .entry(config.thread_id.clone())
+            .or_default()
+            .namespaces
+            .entry(config.checkpoint_ns.clone())
+            .or_default();
+        let slot = data.writes.entry(checkpoint_id).or_default();
+        for (position, (channel, value)) in writes.into_iter().enumerate() {
+            let key = (task_id.to_owned(), write_index(&channel, position));
+            let write = StoredWrite {
+                channel,
+                value,
+                task_path: options.task_path.clone(),
+            };
+            if replace {
+                slot.insert(key, write);
+            } else {
+                slot.entry(key).or_insert(write);
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<()> {
+        let mut store = self.write();
+        if let Some(thread) = store.threads.remove(thread_id) {
+            for (id, ns) in thread.by_id {
+                store.global.remove(&(id, thread_id.to_owned(), ns));
+            }
+        }
+        Ok(())
+    }
+
+    async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
+        if target.is_empty() {
+            return Err(Error::invalid("copy_thread target has an empty thread id"));
+        }
+        if source == target {
+            return Ok(());
+        }
+        let mut store = self.write();
+        let Some(src) = store.threads.get(source).cloned() else {
+            return Ok(());
+        };
+        let ThreadData { namespaces, by_id } = store.threads.entry(target.to_owned()).or_default();
+        let mut added = Vec::new();
+        for (ns, data) in src.namespaces {
+            let into = namespaces.entry(ns.clone()).or_default();
+            for (id, stored) in data.checkpoints {
+                if let std::collections::btree_map::Entry::Vacant(e) =
+                    into.checkpoints.entry(id.clone())
+                {
+                    e.insert(stored);
+                    by_id.insert((id.clone(), ns.clone()));
+                    added.push((id, ns.clone()));
+                }
+            }
+            for (channel, versions) in data.blobs {
+                let slot = into.blobs.entry(channel).or_default();
+                for (version, value) in versions {
+                    slot.entry(version).or_insert(value);
+                }
+            }
+            for (id, writes) in data.writes {
+                let slot = into.writes.entry(id).or_default();
+                for (key, write) in writes {
+                    slot.entry(key).or_insert(write);
+                }
+            }
+        }
+        for (id, ns) in added {
+            store.global.insert((id, target.to_owned(), ns));
+        }
+        Ok(())
+    }
+
+    async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
+        let keep = strategy.keep_per_namespace();
+        let mut store = self.write();
+        for thread_id in thread_ids {
+            let Some(thread) = store.threads.get_mut(thread_id) else {
+                continue;
+            };
+            let mut removed = Vec::new();
+            for (ns, data) in &mut thread.namespaces {
+                let cut = data.checkpoints.len().saturating_sub(keep);
+                let doomed: HashSet<String> = data.checkpoints.keys().take(cut).cloned().collect();
+                let ids = data.remove_where(|id, _| doomed.contains(id));
+                if keep == 0 {
+                    data.writes.clear();
+                }
+                removed.push((ns.clone(), ids));
+            }
+            for (ns, ids) in removed {
+                store.unindex(thread_id, &ns, &ids);
+            }
+            store.drop_empty(thread_id);
+        }
+        Ok(())
+    }
+
+    async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        let runs: HashSet<&str> = run_ids.iter().map(String::as_str).collect();
+        let mut store = self.write();
+        let mut removed = Vec::new();
+        for (thread_id, thread) in &mut store.threads {
+            for (ns, data) in &mut thread.namespaces {
+                let ids =
+                    data.remove_where(|_, s| s.metadata.run_id().is_some_and(|r| runs.contains(r)));
+                if !ids.is_empty() {
+                    removed.push((thread_id.clone(), ns.clone(), ids));
+                }
+            }
+        }
+        for (thread_id, ns, ids) in &removed {
+            store.unindex(thread_id, ns, ids);
+        }
+        for (thread_id, _, _) in &removed {
+            store.drop_empty(thread_id);
+        }
+        Ok(())
+    }
+
+    async fn acquire_lease(
+        &self,
+        thread_id: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        validate_lease_request(thread_id, holder, ttl)?;
+        let mut store = self.write();
+        // Read the clock under the lock: a time taken before waiting for it could be older
+        // than a grant made meanwhile.
+        let now = Instant::now();
+        let token = match store.leases.get(thread_id) {
+            Some(l) if l.expires_at > now && l.holder != holder => return Ok(None),
+            Some(l) if l.expires_at > now => l.token,
+            Some(l) => l.token + 1,
+            None => 1,
+        };
+        store.leases.insert(
+            thread_id.to_owned(),
+            LeaseState {
+                holder: holder.to_owned(),
+                token,
+                expires_at: now + ttl,
+            },
+        );
+        Ok(Some(Lease {
+            thread_id: thread_id.to_owned(),
+            holder: holder.to_owned(),
+            token,
+            ttl,
+        }))
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_lease_request(&lease.thread_id, &lease.holder, ttl)?;
+        let mut store = self.write();
+        let current = store.leases.get_mut(&lease.thread_id);
+        match current {
+            Some(l) if l.token == lease.token && l.holder == lease.holder => {
+                l.expires_at = Instant::now() + ttl;
+                Ok(Lease {
+                    ttl,
+                    ..lease.clone()
+                })
+            }
+            other => Err(Error::stale_lease(
+                &lease.thread_id,
+                lease.token,
+                other.map_or(0, |l| l.token),
+            )),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        let mut store = self.write();
+        if let Some(l) = store.leases.get_mut(&lease.thread_id)
+            && l.token == lease.token
+            && l.holder == lease.holder
+        {
+            // Expire it now; the token stays spent, the next grant gets token + 1.
+            l.expires_at = Instant::now();
+            l.holder.clear();
+        }
+        Ok(())
+    }
+
+    async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
+        validate_claim_request(key, ttl)?;
+        let mut store = self.write();
+        // Under the lock (see acquire_lease): otherwise a claim made meanwhile could report
+        // more time left than its TTL.
+        let now = Instant::now();
+        let token = match store.ledger.get(key) {
+            Some(LedgerEntry {
+                state: LedgerState::Completed(outcome),
+                ..
+            }) => {
+                return Ok(Claim::Completed {
+                    outcome: outcome.clone(),
+                });
+            }
+            Some(LedgerEntry {
+                state: LedgerState::Pending { expires_at },
+                ..
+            }) if *expires_at > now => {
+                return Ok(Claim::Pending {
+                    expires_in: *expires_at - now,
+                });
+            }
+            Some(e) => e.token + 1,
+            None => 1,
+        };
+        store.ledger.insert(
+            key.to_owned(),
+            LedgerEntry {
+                token,
+                state: LedgerState::Pending {
+                    expires_at: now + ttl,
+                },
+            },
+        );
+        Ok(Claim::Acquired { token })
+    }
+
+    async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()> {
+        let mut store = self.write();
+        match store.ledger.get_mut(key) {
+            Some(e) if e.token == token => match e.state {
+                LedgerState::Pending { .. } => {
+                    e.state = LedgerState::Completed(outcome);
+                    Ok(())
+                }
+                LedgerState::Completed(_) => Ok(()),
+                LedgerState::Abandoned => Err(Error::StaleFence {
+                    scope: format!("ledger key {key:?} (abandoned)"),
+                    token,
+                    current: e.token,
+                }),
+            },
+            other => Err(Error::StaleFence {
+                scope: format!("ledger key {key:?}"),
+                token,
+                current: other.map_or(0, |e| e.token),
+            }),
+        }
+    }
+
+    async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
+        let mut store = self.write();
+        if let Some(e) = store.ledger.get_mut(key)
+            && e.token == token
+            && matches!(e.state, LedgerState::Pending { .. })
+        {
+            e.state = LedgerState::Abandoned;
+        }
+        Ok(())
+    }
+}

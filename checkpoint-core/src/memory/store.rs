@@ -1,0 +1,182 @@
+//! The in-memory store: threads, namespaces, values, writes, leases and the ledger, with
+//! the bookkeeping shared by the operations.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+use crate::{
+    ChannelVersion, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, Error,
+    PendingWrite, Result, TypedValue,
+};
+
+#[derive(Debug, Default)]
+pub(super) struct Store {
+    pub(super) threads: HashMap<String, ThreadData>,
+    /// `(checkpoint_id, thread_id, checkpoint_ns)` of every checkpoint, for global listing.
+    pub(super) global: BTreeSet<(String, String, String)>,
+    /// thread id → its lease (kept after the thread is deleted: tokens never repeat).
+    pub(super) leases: HashMap<String, LeaseState>,
+    /// ledger key → claim state.
+    pub(super) ledger: HashMap<String, LedgerEntry>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct LeaseState {
+    pub(super) holder: String,
+    pub(super) token: u64,
+    pub(super) expires_at: Instant,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct LedgerEntry {
+    pub(super) token: u64,
+    pub(super) state: LedgerState,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum LedgerState {
+    Pending { expires_at: Instant },
+    Abandoned,
+    Completed(TypedValue),
+}
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct ThreadData {
+    pub(super) namespaces: BTreeMap<String, NsData>,
+    /// `(checkpoint_id, checkpoint_ns)` of every checkpoint of the thread.
+    pub(super) by_id: BTreeSet<(String, String)>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct NsData {
+    pub(super) checkpoints: BTreeMap<String, Stored>,
+    /// channel → version → value (`None`: the channel was removed at that version).
+    pub(super) blobs: HashMap<String, HashMap<ChannelVersion, Option<TypedValue>>>,
+    /// checkpoint id → (task_id, idx) → write.
+    pub(super) writes: HashMap<String, BTreeMap<(String, i64), StoredWrite>>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Stored {
+    /// The checkpoint without channel values.
+    pub(super) checkpoint: Checkpoint,
+    pub(super) metadata: CheckpointMetadata,
+    pub(super) parent: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct StoredWrite {
+    pub(super) channel: String,
+    pub(super) value: TypedValue,
+    pub(super) task_path: String,
+}
+
+impl NsData {
+    pub(super) fn tuple(&self, thread_id: &str, ns: &str, id: &str) -> Option<CheckpointTuple> {
+        let stored = self.checkpoints.get(id)?;
+        let mut checkpoint = stored.checkpoint.clone();
+        for (channel, version) in &checkpoint.channel_versions {
+            if let Some(Some(value)) = self.blobs.get(channel).and_then(|v| v.get(version)) {
+                checkpoint
+                    .channel_values
+                    .insert(channel.clone(), value.clone());
+            }
+        }
+        let mut pending_writes: Vec<PendingWrite> = self
+            .writes
+            .get(id)
+            .into_iter()
+            .flatten()
+            .map(|((task_id, idx), w)| PendingWrite {
+                task_id: task_id.clone(),
+                channel: w.channel.clone(),
+                value: w.value.clone(),
+                idx: *idx,
+                task_path: w.task_path.clone(),
+            })
+            .collect();
+        // Already ordered by (task_id, idx); a stable sort by task_path gives the contract's order.
+        pending_writes.sort_by(|a, b| a.task_path.cmp(&b.task_path));
+        let address = |id: &str| {
+            CheckpointConfig::new(thread_id)
+                .with_ns(ns)
+                .with_checkpoint_id(id)
+        };
+        Some(CheckpointTuple {
+            config: address(id),
+            checkpoint,
+            metadata: stored.metadata.clone(),
+            parent_config: stored.parent.as_deref().map(address),
+            pending_writes,
+        })
+    }
+
+    /// Removes checkpoints for which `drop` is true, with their writes, then values no
+    /// remaining checkpoint names.
+    pub(super) fn remove_where(
+        &mut self,
+        mut drop: impl FnMut(&str, &Stored) -> bool,
+    ) -> Vec<String> {
+        let removed: Vec<String> = self
+            .checkpoints
+            .iter()
+            .filter(|(id, s)| drop(id, s))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if removed.is_empty() {
+            return removed;
+        }
+        for id in &removed {
+            self.checkpoints.remove(id);
+            self.writes.remove(id);
+        }
+        self.collect_garbage();
+        removed
+    }
+
+    pub(super) fn collect_garbage(&mut self) {
+        let live: HashSet<(&String, &ChannelVersion)> = self
+            .checkpoints
+            .values()
+            .flat_map(|s| s.checkpoint.channel_versions.iter())
+            .collect();
+        for (channel, versions) in &mut self.blobs {
+            versions.retain(|v, _| live.contains(&(channel, v)));
+        }
+        self.blobs.retain(|_, versions| !versions.is_empty());
+        let checkpoints = &self.checkpoints;
+        self.writes.retain(|id, _| checkpoints.contains_key(id));
+    }
+}
+
+impl Store {
+    pub(super) fn check_fence(&self, thread_id: &str, fence: Option<u64>) -> Result<()> {
+        let Some(token) = fence else { return Ok(()) };
+        let current = self.leases.get(thread_id).map_or(0, |l| l.token);
+        if token != current {
+            return Err(Error::stale_lease(thread_id, token, current));
+        }
+        Ok(())
+    }
+
+    pub(super) fn unindex(&mut self, thread_id: &str, ns: &str, ids: &[String]) {
+        for id in ids {
+            self.global
+                .remove(&(id.clone(), thread_id.to_owned(), ns.to_owned()));
+            if let Some(thread) = self.threads.get_mut(thread_id) {
+                thread.by_id.remove(&(id.clone(), ns.to_owned()));
+            }
+        }
+    }
+
+    pub(super) fn drop_empty(&mut self, thread_id: &str) {
+        if let Some(thread) = self.threads.get_mut(thread_id) {
+            thread
+                .namespaces
+                .retain(|_, ns| !ns.checkpoints.is_empty() || !ns.writes.is_empty());
+            if thread.namespaces.is_empty() {
+                self.threads.remove(thread_id);
+            }
+        }
+    }
+}

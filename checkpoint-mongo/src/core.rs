@@ -1,0 +1,39 @@
+//! The state every module shares: the driver handles, the collections and the settings.
+//! Modules depend on this one, never on `saver.rs`.
+
+use checkpoint_core::Capabilities;
+use mongodb::bson::Document;
+use mongodb::{Client, Collection, Database};
+
+use crate::config::{Atomicity, CollectionNames, MongoConfig};
+
+/// Shared state: the driver handles and the configuration.
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) database: Database,
+    pub(crate) config: MongoConfig,
+    pub(crate) names: CollectionNames,
+    pub(crate) atomicity: Atomicity,
+    pub(crate) checkpoints: Collection<Document>,
+    pub(crate) values: Collection<Document>,
+    pub(crate) writes: Collection<Document>,
+    pub(crate) chunks: Collection<Document>,
+    pub(crate) heads: Collection<Document>,
+    pub(crate) leases: Collection<Document>,
+    pub(crate) ledger: Collection<Document>,
+}
+
+impl Inner {
+    pub(crate) fn transactions(&self) -> bool {
+        self.atomicity == Atomicity::Transactions
+    }
+
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        let all = Capabilities::all();
+        if self.transactions() {
+            all
+        } else {
+            all.with_compare_and_set(false).with_leases(false)
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The conformance suite against MongoDB (the server at `CHECKPOINT_TEST_MONGO_URL`), with
+//! the atomicity the server supports (transactions on a replica set). Each clause runs in
+//! its own database, dropped afterwards.
+
+use crate::common;
+
+use checkpoint_mongo::TransactionMode;
+use common::MongoFactory;
+
+checkpoint_conformance::conformance_suite!(MongoFactory::new("conf", TransactionMode::Auto));

@@ -1,0 +1,384 @@
+//! Hostile input, beyond the conformance clauses: metadata keys and values, identifiers,
+//! lease holders and ledger keys that look like MongoDB operators, field paths, aggregation
+//! variables or regular expressions are stored and matched as data, and the stored
+//! documents never take a field name, operator or path from caller data.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use checkpoint_core::{
+    Checkpoint, CheckpointConfig, CheckpointMetadata, Claim, Error, ListOptions, PutOptions,
+    PutWritesOptions, Saver, SaverExt, TypedValue,
+};
+use checkpoint_mongo::mongodb::bson::{Document, doc};
+use checkpoint_mongo::{MongoSaver, TransactionMode};
+use common::{MongoFactory, skip};
+use futures::TryStreamExt;
+use serde_json::{Value, json};
+
+async fn saver(tag: &'static str) -> (MongoFactory, MongoSaver) {
+    let f = MongoFactory::new(tag, TransactionMode::Auto);
+    let s = f.saver().await.unwrap();
+    (f, s)
+}
+
+async fn teardown(f: MongoFactory) {
+    checkpoint_conformance::SaverFactory::teardown(&f).await;
+}
+
+async fn put_meta(s: &MongoSaver, thread: &str, meta: Value) -> String {
+    let mut c = Checkpoint::new();
+    let v = c.set("a", &1).unwrap();
+    s.put(
+        &CheckpointConfig::new(thread),
+        c.clone(),
+        CheckpointMetadata::from(meta.as_object().unwrap().clone()),
+        [("a".to_owned(), v)].into(),
+        PutOptions::new(),
+    )
+    .await
+    .unwrap();
+    c.id
+}
+
+fn ids(tuples: &[checkpoint_core::CheckpointTuple]) -> Vec<String> {
+    tuples.iter().map(|t| t.checkpoint.id.clone()).collect()
+}
+
+/// Every field name of every stored document, recursively (array items included).
+fn field_names(d: &Document, out: &mut BTreeSet<String>) {
+    for (k, v) in d {
+        out.insert(k.clone());
+        match v {
+            checkpoint_mongo::mongodb::bson::Bson::Document(inner) => field_names(inner, out),
+            checkpoint_mongo::mongodb::bson::Bson::Array(items) => {
+                for i in items {
+                    if let checkpoint_mongo::mongodb::bson::Bson::Document(inner) = i {
+                        field_names(inner, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn operator_shaped_metadata_is_matched_literally() {
+    if skip("operator_shaped_metadata_is_matched_literally") {
+        return;
+    }
+    let (f, s) = saver("hostmeta").await;
+    let literal = json!({
+        "$where": "function() { sleep(1000); return true; }",
+        "$expr": {"$eq": [1, 1]},
+        "$function": {"body": "return true", "args": [], "lang": "js"},
+        "a.b.c": {"$gt": ""},
+        "$": "$$NOW",
+        "": "$field.path",
+        "regex": {"$regex": ".*", "$options": "i"},
+        "in": {"$in": [1, 2, 3]},
+        "nested": {"deep": {"$ne": null}},
+        "nul\u{0}key": "nul\u{0}value",
+        "ops": [{"$exists": true}, {"$type": "string"}],
+    });
+    let target = put_meta(&s, "victim", literal.clone()).await;
+    let other = put_meta(
+        &s,
+        "bystander",
+        json!({"a": {"b": {"c": 5}}, "nested": {"deep": 1}, "regex": "anything", "in": 2}),
+    )
+    .await;
+
+    // Each literal key and value finds exactly the checkpoint that stores it.
+    for (k, v) in literal.as_object().unwrap() {
+        let got = s
+            .list_all(ListOptions::new().filter(k.clone(), v.clone()))
+            .await
+            .unwrap();
+        assert_eq!(ids(&got), vec![target.clone()], "filter {k:?} = {v}");
+    }
+    // Operator-shaped filters are values, not operators: they match nothing here.
+    for (k, v) in [
+        ("regex", json!({"$regex": "any"})),
+        ("in", json!({"$in": [2]})),
+        ("nested", json!({"deep": {"$gte": 0}})),
+        ("a.b.c", json!(5)),
+        ("$where", json!("true")),
+        ("$or", json!([{"in": 2}])),
+        ("$and", json!([])),
+        ("$nor", json!([{"x": 1}])),
+        ("$expr", json!({"$eq": ["$in", 2]})),
+        ("nested", json!({"$exists": true})),
+    ] {
+        let got = s
+            .list_all(ListOptions::new().filter(k, v.clone()))
+            .await
+            .unwrap();
+        assert!(got.is_empty(), "filter {k:?} = {v} matched {:?}", ids(&got));
+    }
+    // The bystander's own literal values still match it.
+    let got = s
+        .list_all(
+            ListOptions::new()
+                .filter("in", 2)
+                .filter("regex", "anything"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&got), vec![other]);
+
+    // No stored document took a field name from caller data.
+    let db = s.database();
+    let mut names = BTreeSet::new();
+    for coll in s.config().collection_names().all() {
+        let docs: Vec<Document> = db
+            .collection::<Document>(coll)
+            .find(doc! {})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        for d in &docs {
+            field_names(d, &mut names);
+        }
+    }
+    let fixed: BTreeSet<String> = [
+        "_id", "t", "n", "c", "s", "p", "cp", "md", "mk", "ch", "v", "ty", "d", "k", "a", "r", "w",
+        "i", "len", "b", "nc", "x",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let unexpected: Vec<&String> = names.difference(&fixed).collect();
+    assert!(
+        unexpected.is_empty(),
+        "caller data became field names: {unexpected:?}"
+    );
+    teardown(f).await;
+}
+
+#[tokio::test]
+async fn large_metadata_long_values_and_big_integers_filter_exactly() {
+    if skip("large_metadata_long_values_and_big_integers_filter_exactly") {
+        return;
+    }
+    let (f, s) = saver("hostbig").await;
+    // More keys than get pair entries, with one key in common with the small metadata.
+    let mut wide = serde_json::Map::new();
+    for i in 0..20 {
+        wide.insert(format!("k{i:02}"), json!(i));
+    }
+    wide.insert("source".into(), json!("loop"));
+    let wide_id = put_meta(&s, "wide", Value::Object(wide)).await;
+    let small_id = put_meta(&s, "small", json!({"source": "loop", "k03": 3})).await;
+    let long = "ü".repeat(5000);
+    let long_id = put_meta(&s, "long", json!({"text": long, "k03": 3})).await;
+    // 2^53 + 1 is not 2^53 as an integer, but is as a float (json_equal's rule).
+    let big_id = put_meta(&s, "big", json!({"n": 9_007_199_254_740_993_u64})).await;
+
+    let q = |f: Value| ListOptions::new().with_filter(f.as_object().unwrap().clone());
+    let set = |v: Vec<String>| v.into_iter().collect::<BTreeSet<_>>();
+    assert_eq!(
+        set(ids(&s.list_all(q(json!({"k03": 3}))).await.unwrap())),
+        set(vec![wide_id.clone(), small_id.clone(), long_id.clone()])
+    );
+    assert_eq!(
+        set(ids(&s
+            .list_all(q(json!({"k03": 3.0, "source": "loop"})))
+            .await
+            .unwrap())),
+        set(vec![wide_id.clone(), small_id.clone()])
+    );
+    assert_eq!(
+        ids(&s.list_all(q(json!({"k03": 3, "k19": 19}))).await.unwrap()),
+        vec![wide_id.clone()]
+    );
+    assert!(
+        s.list_all(q(json!({"k03": 3, "k19": 18})))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ids(&s
+            .list_all(q(json!({"text": long, "k03": 3})))
+            .await
+            .unwrap()),
+        vec![long_id.clone()]
+    );
+    assert!(
+        s.list_all(q(json!({"text": "ü".repeat(4999)})))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.list_all(q(json!({"n": 9_007_199_254_740_992_u64})))
+            .await
+            .unwrap()
+            .is_empty(),
+        "integers compare exactly"
+    );
+    assert_eq!(
+        ids(&s
+            .list_all(q(json!({"n": 9_007_199_254_740_992.0_f64})))
+            .await
+            .unwrap()),
+        vec![big_id]
+    );
+    teardown(f).await;
+}
+
+#[tokio::test]
+async fn identifiers_shaped_like_syntax_are_exact_and_oversized_ones_rejected() {
+    if skip("identifiers_shaped_like_syntax_are_exact_and_oversized_ones_rejected") {
+        return;
+    }
+    let (f, s) = saver("hostid").await;
+    let shapes = [
+        ".*",
+        "^t",
+        "t$",
+        "$where",
+        "$$NOW",
+        "$ne",
+        "{\"$gt\": \"\"}",
+        "a.b",
+        "$.x",
+        "\u{0}",
+        "t\u{0}",
+        "t\u{1}",
+        "t",
+    ];
+    for thread in shapes {
+        for ns in ["", "$ns", "a.b|c:d"] {
+            let mut c = Checkpoint::new();
+            let channel = format!("$ch.{thread}");
+            let v = c.set(&channel, &thread).unwrap();
+            let config = s
+                .put(
+                    &CheckpointConfig::new(thread).with_ns(ns),
+                    c.clone(),
+                    CheckpointMetadata::new(),
+                    [(channel.clone(), v)].into(),
+                    PutOptions::new(),
+                )
+                .await
+                .unwrap();
+            s.put_writes(
+                &config,
+                vec![(format!("$w.{thread}"), TypedValue::msgpack(&ns).unwrap())],
+                "$task",
+                PutWritesOptions::new().task_path("$path.x"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    for thread in shapes {
+        let got = s.list_all(ListOptions::thread(thread)).await.unwrap();
+        assert_eq!(got.len(), 3, "thread {thread:?}");
+        for t in &got {
+            assert_eq!(t.config.thread_id, thread);
+            assert_eq!(t.pending_writes.len(), 1);
+            assert_eq!(t.pending_writes[0].task_id, "$task");
+            assert_eq!(t.pending_writes[0].task_path, "$path.x");
+            let ch = format!("$ch.{thread}");
+            assert_eq!(t.checkpoint.require::<String>(&ch).unwrap(), thread);
+        }
+        let got = s
+            .list_all(ListOptions::thread(thread).namespace("$ns"))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+    }
+    assert_eq!(
+        s.list_all(ListOptions::new()).await.unwrap().len(),
+        shapes.len() * 3
+    );
+    s.delete_thread(".*").await.unwrap();
+    assert_eq!(
+        s.list_all(ListOptions::new()).await.unwrap().len(),
+        (shapes.len() - 1) * 3,
+        "deleting \".*\" deleted nothing else"
+    );
+
+    // Identifiers beyond the saver's limit are rejected before anything is written.
+    let huge = "x".repeat(300 * 1024);
+    let before = s.list_all(ListOptions::new()).await.unwrap();
+    let mut c = Checkpoint::new();
+    let v = c.set("a", &1).unwrap();
+    for config in [
+        CheckpointConfig::new(huge.clone()),
+        CheckpointConfig::new("t").with_ns(huge.clone()),
+    ] {
+        let r = s
+            .put(
+                &config,
+                c.clone(),
+                CheckpointMetadata::new(),
+                [("a".to_owned(), v.clone())].into(),
+                PutOptions::new(),
+            )
+            .await;
+        assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
+    }
+    let r = s
+        .put_writes(
+            &before[0].config,
+            vec![("a".into(), TypedValue::null())],
+            &huge,
+            PutWritesOptions::new(),
+        )
+        .await;
+    assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
+    assert_eq!(s.list_all(ListOptions::new()).await.unwrap(), before);
+    teardown(f).await;
+}
+
+#[tokio::test]
+async fn lease_holders_and_ledger_keys_are_data() {
+    if skip("lease_holders_and_ledger_keys_are_data") {
+        return;
+    }
+    let (f, s) = saver("hostcoord").await;
+    let long = Duration::from_secs(60);
+    // A holder spelled like a field path must not read the document's own fields.
+    let a = s.acquire_lease("$h", "$h", long).await.unwrap().unwrap();
+    assert_eq!(a.holder, "$h");
+    assert_eq!(s.acquire_lease("$h", "$$NOW", long).await.unwrap(), None);
+    let again = s.acquire_lease("$h", "$h", long).await.unwrap().unwrap();
+    assert_eq!(again.token, a.token);
+    let b = s
+        .acquire_lease("{\"$ne\": 1}", "$tok", long)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.token, 1);
+    // Ledger keys shaped like operators are separate keys.
+    for key in ["$where", "$ne", "a.b", ".*", "$$ROOT"] {
+        let Claim::Acquired { token } = s.claim(key, long).await.unwrap() else {
+            panic!("{key:?} must be a new key");
+        };
+        s.complete_claim(key, token, TypedValue::msgpack(&key).unwrap())
+            .await
+            .unwrap();
+    }
+    for key in ["$where", "$ne", "a.b", ".*", "$$ROOT"] {
+        assert_eq!(
+            s.claim(key, long).await.unwrap(),
+            Claim::Completed {
+                outcome: TypedValue::msgpack(&key).unwrap()
+            }
+        );
+    }
+    assert!(matches!(
+        s.claim("a", long).await.unwrap(),
+        Claim::Acquired { token: 1 }
+    ));
+    teardown(f).await;
+}

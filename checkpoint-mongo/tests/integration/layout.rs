@@ -1,0 +1,444 @@
+//! The stored layout: the indexes `setup` creates, per-version value dedup, chunking of
+//! large values, TTL fields, what deletions leave behind, and that an interrupted ordered
+//! put never exposes a checkpoint whose values are missing.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use checkpoint_core::{
+    Bytes, Checkpoint, CheckpointConfig, CheckpointMetadata, ListOptions, PruneStrategy,
+    PutOptions, PutWritesOptions, Saver, SaverExt, TypedValue,
+};
+use checkpoint_mongo::mongodb::bson::{Document, doc};
+use checkpoint_mongo::{MongoSaver, TransactionMode};
+use common::{client, drop_saver, saver_with, skip};
+use futures::TryStreamExt;
+
+async fn count(s: &MongoSaver, coll: &str, filter: Document) -> u64 {
+    s.database()
+        .collection::<Document>(coll)
+        .count_documents(filter)
+        .await
+        .unwrap()
+}
+
+async fn docs(s: &MongoSaver, coll: &str, filter: Document) -> Vec<Document> {
+    s.database()
+        .collection::<Document>(coll)
+        .find(filter)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+/// `(name, key, unique, expireAfterSeconds)` of a collection's indexes, `_id` excluded.
+async fn indexes(s: &MongoSaver, coll: &str) -> BTreeMap<String, (Document, bool, Option<i64>)> {
+    let specs: Vec<Document> = s
+        .database()
+        .run_command(doc! { "listIndexes": coll })
+        .await
+        .unwrap()
+        .get_document("cursor")
+        .unwrap()
+        .get_array("firstBatch")
+        .unwrap()
+        .iter()
+        .filter_map(|b| b.as_document().cloned())
+        .collect();
+    specs
+        .into_iter()
+        .filter(|d| d.get_str("name").unwrap() != "_id_")
+        .map(|d| {
+            let ttl = match d.get("expireAfterSeconds") {
+                Some(checkpoint_mongo::mongodb::bson::Bson::Int32(n)) => Some(i64::from(*n)),
+                Some(checkpoint_mongo::mongodb::bson::Bson::Int64(n)) => Some(*n),
+                Some(checkpoint_mongo::mongodb::bson::Bson::Double(f)) => Some(*f as i64),
+                _ => None,
+            };
+            (
+                d.get_str("name").unwrap().to_owned(),
+                (
+                    d.get_document("key").unwrap().clone(),
+                    d.get_bool("unique").unwrap_or(false),
+                    ttl,
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn setup_creates_unique_compound_and_ttl_indexes_idempotently() {
+    if skip("setup_creates_unique_compound_and_ttl_indexes_idempotently") {
+        return;
+    }
+    let c = client().await;
+    let s = saver_with(&c, |c| c.ttl(Some(Duration::from_secs(3600)))).await;
+    s.setup().await.unwrap(); // a second time changes nothing
+    let names = s.config().collection_names();
+    let cp = indexes(&s, &names.checkpoints).await;
+    assert_eq!(
+        cp["thread_ns_id"],
+        (doc! {"t": 1, "n": 1, "c": -1}, true, None)
+    );
+    assert_eq!(cp["thread_order"].0, doc! {"t": 1, "s": -1});
+    assert_eq!(cp["global_order"].0, doc! {"s": -1});
+    assert_eq!(cp["metadata_filter"].0, doc! {"mk": 1});
+    assert_eq!(cp["ttl"], (doc! {"x": 1}, false, Some(0)));
+    let v = indexes(&s, &names.values).await;
+    assert_eq!(
+        v["thread_ns_channel_version"],
+        (doc! {"t": 1, "n": 1, "ch": 1, "v": 1}, true, None)
+    );
+    let w = indexes(&s, &names.writes).await;
+    assert_eq!(
+        w["thread_ns_id_task"],
+        (doc! {"t": 1, "n": 1, "c": 1, "k": 1}, true, None)
+    );
+    assert_eq!(w["address"].0, doc! {"a": 1});
+    assert_eq!(
+        indexes(&s, &names.chunks).await["thread_blob_seq"],
+        (doc! {"t": 1, "b": 1, "i": 1}, true, None)
+    );
+    assert_eq!(
+        indexes(&s, &names.heads).await["thread_ns"],
+        (doc! {"t": 1, "n": 1}, true, None)
+    );
+    for coll in [&names.values, &names.writes, &names.chunks, &names.heads] {
+        assert_eq!(indexes(&s, coll).await["ttl"].2, Some(0), "{coll}");
+    }
+    // Every collection exists after setup, leases and ledger included.
+    let existing = s.database().list_collection_names().await.unwrap();
+    for coll in names.all() {
+        assert!(existing.iter().any(|e| e == coll), "{coll} missing");
+    }
+    drop_saver(&s).await;
+}
+
+#[tokio::test]
+async fn ttl_fields_expire_checkpoints_and_keep_values_longer() {
+    if skip("ttl_fields_expire_checkpoints_and_keep_values_longer") {
+        return;
+    }
+    let c = client().await;
+    let ttl = Duration::from_secs(3600);
+    let s = saver_with(&c, |c| c.ttl(Some(ttl))).await;
+    let mut cp = Checkpoint::new();
+    let v = cp.set("a", &"value").unwrap();
+    let config = s
+        .put(
+            &CheckpointConfig::new("t"),
+            cp.clone(),
+            CheckpointMetadata::new(),
+            [("a".to_owned(), v)].into(),
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    s.put_writes(
+        &config,
+        vec![("w".into(), TypedValue::null())],
+        "task",
+        PutWritesOptions::new(),
+    )
+    .await
+    .unwrap();
+    let names = s.config().collection_names();
+    let now = SystemTime::now();
+    let expiry = |d: &Document| d.get_datetime("x").unwrap().to_system_time();
+    let checkpoint_x = expiry(&docs(&s, &names.checkpoints, doc! {}).await[0]);
+    let writes_x = expiry(&docs(&s, &names.writes, doc! {}).await[0]);
+    let value_x = expiry(&docs(&s, &names.values, doc! {}).await[0]);
+    let near = |t: SystemTime, d: Duration| {
+        let want = now + d;
+        let diff = t.duration_since(want).unwrap_or_else(|e| e.duration());
+        diff < Duration::from_secs(60)
+    };
+    assert!(near(checkpoint_x, ttl), "checkpoint expiry");
+    assert!(near(writes_x, ttl), "writes expiry");
+    assert!(
+        value_x > checkpoint_x + Duration::from_secs(60),
+        "values must outlive the checkpoints that name them"
+    );
+    // A later put naming the value pushes its expiry out again.
+    let before = value_x;
+    let next = cp.successor();
+    s.put(
+        &config,
+        next,
+        CheckpointMetadata::new(),
+        BTreeMap::new(),
+        PutOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert!(expiry(&docs(&s, &names.values, doc! {}).await[0]) >= before);
+    drop_saver(&s).await;
+}
+
+#[tokio::test]
+async fn each_channel_version_is_stored_once() {
+    if skip("each_channel_version_is_stored_once") {
+        return;
+    }
+    let c = client().await;
+    let s = saver_with(&c, |c| c).await;
+    let big = "big".repeat(30_000);
+    let mut prev = Checkpoint::new();
+    let mut config = CheckpointConfig::new("dedup");
+    for step in 0..10 {
+        let mut cp = prev.successor();
+        let mut versions = BTreeMap::new();
+        versions.insert("counter".to_owned(), cp.set("counter", &step).unwrap());
+        if step == 0 {
+            versions.insert("big".to_owned(), cp.set("big", &big).unwrap());
+        }
+        let parent = config.clone();
+        config = s
+            .put(
+                &parent,
+                cp.clone(),
+                CheckpointMetadata::new(),
+                versions.clone(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        // Repeating a put stores nothing new.
+        let again = s
+            .put(
+                &parent,
+                cp.clone(),
+                CheckpointMetadata::new(),
+                versions,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(again, config);
+        prev = cp;
+    }
+    let names = s.config().collection_names();
+    assert_eq!(count(&s, &names.checkpoints, doc! {}).await, 10);
+    assert_eq!(count(&s, &names.values, doc! {"ch": "big"}).await, 1);
+    assert_eq!(count(&s, &names.values, doc! {"ch": "counter"}).await, 10);
+    for t in s.list_all(ListOptions::thread("dedup")).await.unwrap() {
+        assert_eq!(t.checkpoint.require::<String>("big").unwrap(), big);
+    }
+    drop_saver(&s).await;
+}
+
+fn bytes(n: usize, seed: u8) -> TypedValue {
+    TypedValue::from_bytes(Bytes::from(
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(seed) ^ (i >> 8) as u8)
+            .collect::<Vec<u8>>(),
+    ))
+}
+
+#[tokio::test]
+async fn large_values_and_writes_are_chunked_and_cleaned_up() {
+    if skip("large_values_and_writes_are_chunked_and_cleaned_up") {
+        return;
+    }
+    let c = client().await;
+    let s = saver_with(&c, |c| c.chunk_size(1024)).await;
+    let names = s.config().collection_names();
+    let mut cp = Checkpoint::new();
+    let mut versions = BTreeMap::new();
+    versions.insert(
+        "big".to_owned(),
+        cp.set_typed("big", bytes(10 * 1024 + 5, 7)),
+    );
+    versions.insert("edge".to_owned(), cp.set_typed("edge", bytes(1024, 3)));
+    let config = s
+        .put(
+            &CheckpointConfig::new("chunky"),
+            cp.clone(),
+            CheckpointMetadata::new(),
+            versions,
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    // 10 KiB + 5 bytes: 11 chunks; exactly one chunk's size stays inline.
+    assert_eq!(count(&s, &names.chunks, doc! {"t": "chunky"}).await, 11);
+    s.put_writes(
+        &config,
+        vec![("w".into(), bytes(3000, 5)), ("small".into(), bytes(10, 9))],
+        "task",
+        PutWritesOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&s, &names.chunks, doc! {"t": "chunky"}).await, 14);
+    let t = s.get_tuple(&config).await.unwrap().unwrap();
+    assert_eq!(t.checkpoint, cp);
+    assert_eq!(t.pending_writes[0].value, bytes(3000, 5));
+    assert_eq!(t.pending_writes[1].value, bytes(10, 9));
+
+    // A replacing special write drops the chunks of the value it replaces.
+    s.put_writes(
+        &config,
+        vec![("__error__".into(), bytes(2500, 1))],
+        "task2",
+        PutWritesOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&s, &names.chunks, doc! {"t": "chunky"}).await, 17);
+    s.put_writes(
+        &config,
+        vec![("__error__".into(), bytes(100, 2))],
+        "task2",
+        PutWritesOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&s, &names.chunks, doc! {"t": "chunky"}).await, 14);
+    // A write ignored because its index exists leaves no chunks behind.
+    s.put_writes(
+        &config,
+        vec![("w".into(), bytes(5000, 8))],
+        "task",
+        PutWritesOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&s, &names.chunks, doc! {"t": "chunky"}).await, 14);
+
+    // A copy carries its own chunks; deleting the source keeps the copy whole.
+    s.copy_thread("chunky", "copy").await.unwrap();
+    assert_eq!(count(&s, &names.chunks, doc! {"t": "copy"}).await, 14);
+    s.delete_thread("chunky").await.unwrap();
+    let copied = s
+        .get_tuple(&CheckpointConfig::new("copy"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(copied.checkpoint, cp);
+    assert_eq!(copied.pending_writes.len(), 3);
+
+    // Pruning to nothing removes every chunk, as delete_thread does for every collection.
+    let mut next = copied.checkpoint.successor();
+    let v = next.set("small", &1).unwrap();
+    s.put(
+        &copied.config,
+        next,
+        CheckpointMetadata::new(),
+        [("small".to_owned(), v)].into(),
+        PutOptions::new(),
+    )
+    .await
+    .unwrap();
+    s.prune(&["copy".into()], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    // The kept checkpoint still names the big value (unchanged channel), so it stays.
+    assert_eq!(count(&s, &names.chunks, doc! {"t": "copy"}).await, 11);
+    s.prune(&["copy".into()], PruneStrategy::DeleteAll)
+        .await
+        .unwrap();
+    for coll in names.all() {
+        assert_eq!(count(&s, coll, doc! {"t": "copy"}).await, 0, "{coll}");
+    }
+    drop_saver(&s).await;
+}
+
+#[tokio::test]
+async fn delete_thread_keeps_lease_tokens_and_other_threads() {
+    if skip("delete_thread_keeps_lease_tokens_and_other_threads") {
+        return;
+    }
+    let c = client().await;
+    let s = saver_with(&c, |c| c).await;
+    for thread in ["gone", "kept"] {
+        let mut cp = Checkpoint::new();
+        let v = cp.set("a", &thread).unwrap();
+        let config = s
+            .put(
+                &CheckpointConfig::new(thread),
+                cp,
+                CheckpointMetadata::new(),
+                [("a".to_owned(), v)].into(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        s.put_writes(
+            &config,
+            vec![("w".into(), TypedValue::null())],
+            "task",
+            PutWritesOptions::new(),
+        )
+        .await
+        .unwrap();
+    }
+    s.acquire_lease("gone", "me", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    s.delete_thread("gone").await.unwrap();
+    let names = s.config().collection_names();
+    for coll in [
+        &names.checkpoints,
+        &names.values,
+        &names.writes,
+        &names.chunks,
+        &names.heads,
+    ] {
+        assert_eq!(count(&s, coll, doc! {"t": "gone"}).await, 0, "{coll}");
+    }
+    assert_eq!(count(&s, &names.checkpoints, doc! {"t": "kept"}).await, 1);
+    assert_eq!(count(&s, &names.leases, doc! {"_id": "gone"}).await, 1);
+    drop_saver(&s).await;
+}
+
+#[tokio::test]
+async fn an_interrupted_ordered_put_is_invisible_and_completes_when_repeated() {
+    if skip("an_interrupted_ordered_put_is_invisible_and_completes_when_repeated") {
+        return;
+    }
+    let c = client().await;
+    let s = saver_with(&c, |c| c.transactions(TransactionMode::Disabled)).await;
+    let mut cp = Checkpoint::new();
+    let v = cp.set("a", &"first").unwrap();
+    let versions: BTreeMap<_, _> = [("a".to_owned(), v)].into();
+    // Simulate a crash after the values step: run the put, then remove its checkpoint
+    // document only, which is the state an interruption before the last write leaves.
+    let config = s
+        .put(
+            &CheckpointConfig::new("crash"),
+            cp.clone(),
+            CheckpointMetadata::new(),
+            versions.clone(),
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    let names = s.config().collection_names();
+    s.database()
+        .collection::<Document>(&names.checkpoints)
+        .delete_many(doc! {})
+        .await
+        .unwrap();
+    assert!(s.get_tuple(&config).await.unwrap().is_none());
+    assert!(s.list_all(ListOptions::new()).await.unwrap().is_empty());
+    // Repeating the put completes it; the value stored first stays.
+    s.put(
+        &CheckpointConfig::new("crash"),
+        cp.clone(),
+        CheckpointMetadata::new(),
+        versions,
+        PutOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.get_tuple(&config).await.unwrap().unwrap().checkpoint, cp);
+    assert_eq!(count(&s, &names.values, doc! {}).await, 1);
+    drop_saver(&s).await;
+}

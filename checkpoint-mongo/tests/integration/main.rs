@@ -1,0 +1,11 @@
+//! The integration tests of `checkpoint-mongo`, in one binary: one module per concern,
+//! against the server of `CHECKPOINT_TEST_MONGO_URL` (started by `scripts/test.sh`).
+
+mod common;
+mod conformance;
+mod errors;
+mod hostile;
+mod layout;
+mod ordered_writes;
+mod round_trips;
+mod stack;

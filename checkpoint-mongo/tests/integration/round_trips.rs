@@ -1,0 +1,208 @@
+//! How many commands each operation sends, counted with the driver's command monitoring:
+//! reads never do one query per checkpoint (no N+1), `list(limit 10)` is two commands.
+
+use crate::common;
+
+use checkpoint_core::{
+    ChannelVersion, Checkpoint, CheckpointConfig, CheckpointMetadata, ListOptions, PutOptions,
+    PutWritesOptions, Saver, SaverExt, Source, TypedValue,
+};
+use checkpoint_mongo::Atomicity;
+use common::{drop_saver, monitored_client, saver_with, skip};
+
+/// A W1-shaped thread (WORKLOAD.md §4): a growing message list, a scratch value that
+/// changes every step, a 64 KiB document that never changes, and two pending writes per
+/// step. Returns the config of every checkpoint.
+async fn agent_loop(saver: &dyn Saver, thread: &str, steps: usize) -> Vec<CheckpointConfig> {
+    let big = "d".repeat(64 * 1024);
+    let mut messages: Vec<String> = Vec::new();
+    let mut prev: Option<(CheckpointConfig, Checkpoint)> = None;
+    let mut out = Vec::new();
+    for n in 0..steps {
+        messages.push(format!("message {n} {}", "m".repeat(480)));
+        let mut c = match &prev {
+            Some((_, p)) => p.successor(),
+            None => Checkpoint::new(),
+        };
+        let mut versions = std::collections::BTreeMap::new();
+        let mut set = |c: &mut Checkpoint, channel: &str, value: TypedValue| {
+            let v = ChannelVersion::next_string(c.channel_versions.get(channel));
+            c.channel_values.insert(channel.to_owned(), value);
+            c.channel_versions.insert(channel.to_owned(), v.clone());
+            versions.insert(channel.to_owned(), v);
+        };
+        set(&mut c, "messages", TypedValue::msgpack(&messages).unwrap());
+        set(
+            &mut c,
+            "scratch",
+            TypedValue::msgpack(&format!("scratch {n}")).unwrap(),
+        );
+        if n == 0 {
+            set(&mut c, "big_doc", TypedValue::msgpack(&big).unwrap());
+        }
+        let parent = prev
+            .as_ref()
+            .map_or_else(|| CheckpointConfig::new(thread), |p| p.0.clone());
+        let config = saver
+            .put(
+                &parent,
+                c.clone(),
+                CheckpointMetadata::for_step(Source::Loop, n as i64),
+                versions,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        saver
+            .put_writes(
+                &config,
+                vec![
+                    ("messages".into(), TypedValue::msgpack(&"w").unwrap()),
+                    ("scratch".into(), TypedValue::msgpack(&"x").unwrap()),
+                ],
+                &format!("task-{n}"),
+                PutWritesOptions::new(),
+            )
+            .await
+            .unwrap();
+        out.push(config.clone());
+        prev = Some((config, c));
+    }
+    out
+}
+
+#[tokio::test]
+async fn list_limit_10_is_two_commands_and_reads_never_go_per_checkpoint() {
+    if skip("list_limit_10_is_two_commands_and_reads_never_go_per_checkpoint") {
+        return;
+    }
+    let (client, log) = monitored_client().await;
+    let saver = saver_with(&client, |c| c).await;
+    let configs = agent_loop(&saver, "thread-a", 20).await;
+    agent_loop(&saver, "thread-b", 3).await;
+
+    log.clear();
+    let page = saver
+        .list_all(ListOptions::thread("thread-a").namespace("").limit(10))
+        .await
+        .unwrap();
+    assert_eq!(log.take(), ["aggregate", "find"], "list(limit 10)");
+    assert_eq!(page.len(), 10);
+    assert!(page.iter().all(|t| t.pending_writes.len() == 2));
+    assert!(page.iter().all(|t| t.checkpoint.channel_values.len() == 3));
+
+    // A whole history (one page) and the latest checkpoint: the same two commands.
+    saver
+        .list_all(ListOptions::thread("thread-a"))
+        .await
+        .unwrap();
+    assert_eq!(log.take(), ["aggregate", "find"], "full list");
+    let latest = saver
+        .get_tuple(&CheckpointConfig::new("thread-a"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(log.take(), ["aggregate", "find"], "get_tuple latest");
+    assert_eq!(latest.config, configs[19]);
+    saver.get_tuple(&configs[10]).await.unwrap().unwrap();
+    assert_eq!(log.take(), ["aggregate", "find"], "get_tuple by id");
+
+    // A global filtered list over two threads: still one checkpoint query and one values
+    // query for the page.
+    let hits = saver
+        .list_all(
+            ListOptions::new()
+                .filter("source", "loop")
+                .filter("step", 2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(log.take(), ["aggregate", "find"], "filtered global list");
+
+    // Nothing found: one command.
+    assert!(
+        saver
+            .get_tuple(&CheckpointConfig::new("nobody"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(log.take(), ["aggregate"]);
+    drop_saver(&saver).await;
+}
+
+#[tokio::test]
+async fn pages_cost_a_bounded_number_of_commands() {
+    if skip("pages_cost_a_bounded_number_of_commands") {
+        return;
+    }
+    let (client, log) = monitored_client().await;
+    let saver = saver_with(&client, |c| c.list_page_size(8)).await;
+    agent_loop(&saver, "long", 20).await;
+    log.clear();
+    let all = saver.list_all(ListOptions::thread("long")).await.unwrap();
+    assert_eq!(all.len(), 20);
+    // Three pages (8 + 8 + 4), each one aggregate and one values query.
+    assert_eq!(
+        log.take(),
+        [
+            "aggregate",
+            "find",
+            "aggregate",
+            "find",
+            "aggregate",
+            "find"
+        ]
+    );
+    drop_saver(&saver).await;
+}
+
+#[tokio::test]
+async fn writes_send_a_fixed_number_of_commands() {
+    if skip("writes_send_a_fixed_number_of_commands") {
+        return;
+    }
+    let (client, log) = monitored_client().await;
+    let saver = saver_with(&client, |c| c).await;
+    let configs = agent_loop(&saver, "w", 2).await;
+    let c = saver
+        .get_tuple(&configs[1])
+        .await
+        .unwrap()
+        .unwrap()
+        .checkpoint;
+    let mut next = c.successor();
+    let v = next.set("scratch", &"new").unwrap();
+    log.clear();
+    let config = saver
+        .put(
+            &configs[1],
+            next,
+            CheckpointMetadata::new(),
+            [("scratch".to_owned(), v)].into(),
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    let put = log.take();
+    match saver.atomicity() {
+        // head document, the new value, the checkpoint document, commit.
+        Atomicity::Transactions => {
+            assert_eq!(put, ["update", "insert", "update", "commitTransaction"])
+        }
+        _ => assert_eq!(put, ["insert", "update"]),
+    }
+    saver
+        .put_writes(
+            &config,
+            vec![("a".into(), TypedValue::msgpack(&1).unwrap())],
+            "task",
+            PutWritesOptions::new(),
+        )
+        .await
+        .unwrap();
+    // All writes of a call are one document: one insert, no transaction.
+    assert_eq!(log.take(), ["insert"]);
+    drop_saver(&saver).await;
+}

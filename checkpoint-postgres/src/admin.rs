@@ -1,0 +1,80 @@
+//! Maintenance: `delete_thread`, `copy_thread`, `prune` and `delete_for_runs`, one statement
+//! each (atomic).
+
+use checkpoint_core::{Error, PruneStrategy, Result};
+
+use crate::core::Inner;
+use crate::error::classify;
+use crate::keys::{IDENTIFIERS, storable};
+use crate::sql;
+
+pub(crate) async fn delete_thread(inner: &Inner, thread_id: &str) -> Result<()> {
+    if thread_id.is_empty() || !storable(thread_id) {
+        return Ok(());
+    }
+    sqlx::query(sql::DELETE_THREAD)
+        .bind(thread_id)
+        .execute(&inner.pool)
+        .await
+        .map_err(classify)?;
+    Ok(())
+}
+
+pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Result<()> {
+    if target.is_empty() {
+        return Err(Error::invalid("copy_thread target has an empty thread id"));
+    }
+    IDENTIFIERS.check("copy_thread target", target)?;
+    if source == target || source.is_empty() || !storable(source) {
+        return Ok(());
+    }
+    sqlx::query(sql::COPY_THREAD)
+        .bind(source)
+        .bind(target)
+        .execute(&inner.pool)
+        .await
+        .map_err(classify)?;
+    Ok(())
+}
+
+pub(crate) async fn prune(
+    inner: &Inner,
+    thread_ids: &[String],
+    strategy: PruneStrategy,
+) -> Result<()> {
+    let threads: Vec<&str> = thread_ids
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !t.is_empty() && storable(t))
+        .collect();
+    if threads.is_empty() {
+        return Ok(());
+    }
+    let keep = strategy.keep_per_namespace();
+    let query = if keep == 0 {
+        sqlx::query(sql::PRUNE_ALL).bind(&threads)
+    } else {
+        sqlx::query(sql::PRUNE_KEEP)
+            .bind(&threads)
+            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+    };
+    query.execute(&inner.pool).await.map_err(classify)?;
+    Ok(())
+}
+
+pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result<()> {
+    let runs: Vec<&str> = run_ids
+        .iter()
+        .map(String::as_str)
+        .filter(|r| !r.contains('\0'))
+        .collect();
+    if runs.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(sql::DELETE_FOR_RUNS)
+        .bind(&runs)
+        .execute(&inner.pool)
+        .await
+        .map_err(classify)?;
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! [`PostgresSaverBuilder`]: connection options, pool settings and schema.
+
+use std::fmt;
+use std::time::Duration;
+
+use checkpoint_core::{Error, Result};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::core::Inner;
+use crate::error::classify;
+
+/// Connections idle for longer than this are pinged before use.
+const IDLE_PING_AFTER: Duration = Duration::from_secs(10);
+
+/// The default pool: 10 connections, a 10 s acquire timeout, and a liveness ping only for
+/// connections that sat idle for more than [`IDLE_PING_AFTER`].
+///
+/// sqlx's default pings every connection on every acquire: one extra round trip in front of
+/// each operation (measured: ≈ 0.1 ms of a 0.8 ms get_tuple). A busy connection does not
+/// need it: sqlx already pings each connection in the background when it is released and
+/// drops it if the server no longer answers, and a connection that breaks mid-call fails
+/// with a transient error ([`Error::is_transient`]) and is not reused. Connections that sat
+/// idle, the ones a server restart or a firewall timeout silently kills, are still checked.
+fn default_pool_options() -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(10)
+        .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > IDLE_PING_AFTER {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
+/// Configures and connects a [`PostgresSaver`](crate::PostgresSaver).
+pub struct PostgresSaverBuilder {
+    options: PgConnectOptions,
+    pool: PgPoolOptions,
+    schema: Option<String>,
+}
+
+impl fmt::Debug for PostgresSaverBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresSaverBuilder")
+            .field("host", &self.options.get_host())
+            .field("port", &self.options.get_port())
+            .field("database", &self.options.get_database())
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresSaverBuilder {
+    /// Uses `options` (host, credentials, TLS `sslmode`/certificates, application name...)
+    /// exactly as sqlx accepts them.
+    pub fn new(options: PgConnectOptions) -> Self {
+        Self {
+            options,
+            pool: default_pool_options(),
+            schema: None,
+        }
+    }
+
+    /// Puts the tables in this schema (created by [`PostgresSaver::setup`](crate::PostgresSaver::setup)) instead of the
+    /// connection's default `search_path`. Letters, digits and `_` only.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// Replaces the pool options (size, timeouts, lifetimes). This replaces the default
+    /// liveness policy too (see the crate README); sqlx's own default pings every connection
+    /// on every acquire.
+    pub fn pool_options(mut self, pool: PgPoolOptions) -> Self {
+        self.pool = pool;
+        self
+    }
+
+    /// Sets the pool's maximum number of connections (default 10).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.pool = self.pool.max_connections(n);
+        self
+    }
+
+    /// Connects the pool lazily (connections open on first use): the state of a new saver.
+    pub(crate) fn connect_lazy_inner(self) -> Result<Inner> {
+        let options = self.options_with_schema()?;
+        Ok(Inner {
+            pool: self.pool.connect_lazy_with(options),
+            schema: self.schema,
+        })
+    }
+
+    /// Connects the pool, opening a first connection: the state of a new saver.
+    pub(crate) async fn connect_inner(self) -> Result<Inner> {
+        let options = self.options_with_schema()?;
+        let pool = self.pool.connect_with(options).await.map_err(classify)?;
+        Ok(Inner {
+            pool,
+            schema: self.schema,
+        })
+    }
+
+    fn options_with_schema(&self) -> Result<PgConnectOptions> {
+        // PostgreSQL's default plan caching is kept on purpose: a generic plan of the
+        // filtered list cannot see the filter's selectivity and walks the global order index
+        // instead of the metadata GIN index (a full index scan for a rare filter on a large
+        // table). Forcing generic plans measured no faster on any W1-W4 operation.
+        let options = self.options.clone();
+        match &self.schema {
+            None => Ok(options),
+            Some(schema) => {
+                check_schema_name(schema)?;
+                Ok(options.options([("search_path", schema.as_str())]))
+            }
+        }
+    }
+}
+
+fn check_schema_name(schema: &str) -> Result<()> {
+    if schema.is_empty()
+        || schema.len() > 63
+        || !schema
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        || schema.as_bytes()[0].is_ascii_digit()
+    {
+        return Err(Error::invalid(format!(
+            "schema name {schema:?} must be 1-63 ASCII letters, digits or '_', not starting with a digit"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! Reads: `get_tuple` (one statement) and `list` (keyset-paginated, one statement a page).
+
+use checkpoint_core::backend::{Page, paged};
+use checkpoint_core::{BoxStream, CheckpointConfig, CheckpointTuple, Error, ListOptions, Result};
+use futures::stream::{self, StreamExt};
+use serde_json::Value;
+use sqlx::postgres::PgPool;
+use sqlx::types::Json;
+use sqlx::{Postgres, QueryBuilder};
+
+use crate::codec::{decode_page, json_contains_nul};
+use crate::core::Inner;
+use crate::error::classify;
+use crate::keys::storable;
+use crate::sql;
+
+/// How many rows one `list` page fetches.
+const PAGE: usize = 64;
+
+pub(crate) async fn get_tuple(
+    inner: &Inner,
+    config: &CheckpointConfig,
+) -> Result<Option<CheckpointTuple>> {
+    config.require_thread()?;
+    if !storable(&config.thread_id)
+        || !storable(&config.checkpoint_ns)
+        || config
+            .checkpoint_id
+            .as_deref()
+            .is_some_and(|id| !storable(id))
+    {
+        return Ok(None);
+    }
+    let rows = match &config.checkpoint_id {
+        Some(id) => {
+            sqlx::query(sql::GET_BY_ID)
+                .bind(&config.thread_id)
+                .bind(&config.checkpoint_ns)
+                .bind(id)
+                .fetch_all(&inner.pool)
+                .await
+        }
+        None => {
+            sqlx::query(sql::GET_LATEST)
+                .bind(&config.thread_id)
+                .bind(&config.checkpoint_ns)
+                .fetch_all(&inner.pool)
+                .await
+        }
+    }
+    .map_err(classify)?;
+    Ok(decode_page(&rows)?.into_iter().next())
+}
+
+/// `list`: pages of [`PAGE`] checkpoints, each one query (checkpoints, their values and
+/// writes), keyset-paginated on the index order of the listing.
+pub(crate) fn list(
+    inner: &Inner,
+    options: ListOptions,
+) -> BoxStream<'static, Result<CheckpointTuple>> {
+    let unmatchable = [
+        &options.thread_id,
+        &options.checkpoint_ns,
+        &options.checkpoint_id,
+        &options.before,
+    ]
+    .into_iter()
+    .flatten()
+    .any(|s| s.contains('\0'))
+        || json_contains_nul(&Value::Object(options.filter.clone()));
+    if unmatchable {
+        // Nothing stored can contain NUL: the answer is empty without asking the server.
+        return stream::empty().boxed();
+    }
+    let mode = match (&options.thread_id, &options.checkpoint_ns) {
+        (Some(_), Some(_)) => ListMode::Namespace,
+        (Some(_), None) => ListMode::Thread,
+        (None, _) => ListMode::Global,
+    };
+    let limit = options.limit;
+    let state = ListState {
+        pool: inner.pool.clone(),
+        opts: options,
+        mode,
+        cursor: None,
+    };
+    paged(limit, PAGE, state, |mut st, want| async move {
+        let page = next_page(&mut st, want).await?;
+        Ok((st, page))
+    })
+}
+
+/// Which index order a list query walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ListMode {
+    /// One thread and namespace: by id.
+    Namespace,
+    /// One thread, every namespace: by (id, namespace).
+    Thread,
+    /// Every thread: by (id, thread, namespace).
+    Global,
+}
+
+struct ListState {
+    pool: PgPool,
+    opts: ListOptions,
+    mode: ListMode,
+    cursor: Option<(String, String, String)>,
+}
+
+fn page_query(
+    opts: &ListOptions,
+    mode: ListMode,
+    cursor: Option<&(String, String, String)>,
+    limit: usize,
+) -> QueryBuilder<'static, Postgres> {
+    let order = match mode {
+        ListMode::Namespace => "c.checkpoint_id DESC",
+        ListMode::Thread => "c.checkpoint_id DESC, c.checkpoint_ns DESC",
+        ListMode::Global => "c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC",
+    };
+    let mut qb = QueryBuilder::<Postgres>::new(sql::LIST_PAGE_HEAD);
+    qb.push(order).push(sql::LIST_PAGE_FROM);
+    qb.push(" WHERE true");
+    if let Some(t) = &opts.thread_id {
+        qb.push(" AND c.thread_id = ").push_bind(t.clone());
+    }
+    if let Some(ns) = &opts.checkpoint_ns {
+        qb.push(" AND c.checkpoint_ns = ").push_bind(ns.clone());
+    }
+    if let Some(id) = &opts.checkpoint_id {
+        qb.push(" AND c.checkpoint_id = ").push_bind(id.clone());
+    }
+    if let Some(b) = &opts.before {
+        qb.push(" AND c.checkpoint_id < ").push_bind(b.clone());
+    }
+    if !opts.filter.is_empty() {
+        let filter = Value::Object(opts.filter.clone());
+        // Containment is served by the GIN index; the NOT EXISTS makes it exact equality
+        // per key (containment alone would accept supersets of nested objects and arrays).
+        qb.push(" AND c.metadata @> ")
+            .push_bind(Json(filter.clone()))
+            .push("::jsonb AND NOT EXISTS (SELECT 1 FROM jsonb_each(")
+            .push_bind(Json(filter))
+            .push("::jsonb) AS f WHERE c.metadata -> f.key IS DISTINCT FROM f.value)");
+    }
+    if let Some((id, thread, ns)) = cursor {
+        match mode {
+            ListMode::Namespace => {
+                qb.push(" AND c.checkpoint_id < ").push_bind(id.clone());
+            }
+            ListMode::Thread => {
+                qb.push(" AND (c.checkpoint_id, c.checkpoint_ns) < (")
+                    .push_bind(id.clone())
+                    .push(", ")
+                    .push_bind(ns.clone())
+                    .push(")");
+            }
+            ListMode::Global => {
+                qb.push(" AND (c.checkpoint_id, c.thread_id, c.checkpoint_ns) < (")
+                    .push_bind(id.clone())
+                    .push(", ")
+                    .push_bind(thread.clone())
+                    .push(", ")
+                    .push_bind(ns.clone())
+                    .push(")");
+            }
+        }
+    }
+    qb.push(" ORDER BY ").push(order);
+    qb.push(" LIMIT ")
+        .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    qb.push(sql::LIST_PAGE_TAIL);
+    qb
+}
+
+async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
+    let mut qb = page_query(&st.opts, st.mode, st.cursor.as_ref(), want);
+    let rows = qb.build().fetch_all(&st.pool).await.map_err(classify)?;
+    let page = decode_page(&rows).map_err(Error::from)?;
+    if let Some(t) = page.last() {
+        st.cursor = Some((
+            t.checkpoint.id.clone(),
+            t.config.thread_id.clone(),
+            t.config.checkpoint_ns.clone(),
+        ));
+    }
+    let last = page.len() < want;
+    Ok(Page::new(page, last))
+}

@@ -1,0 +1,135 @@
+//! Schema: LangGraph's migrations, replayed exactly, plus this crate's own objects, and
+//! `setup`, which applies them.
+//!
+//! LangGraph's PostgreSQL saver numbers its migrations by position and records them in
+//! `checkpoint_migrations`. We apply the same statements under the same numbers (creating
+//! its indexes without `CONCURRENTLY`, since our setup runs in one transaction), so a Python
+//! service and a Rust service can share the tables and either may run its setup first. This
+//! crate's own objects (lease and ledger tables, list and filter indexes, the
+//! compare-and-set helper function) are versioned separately in `checkpoint_rs_migrations`,
+//! so they never shift LangGraph's numbering.
+
+use crate::core::Inner;
+use crate::error::PgResult;
+use crate::sql;
+
+/// Applies every migration not yet recorded, in one transaction serialized by an advisory
+/// lock (see `PostgresSaver::setup`).
+pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
+    let mut tx = inner.pool.begin().await?;
+    let lock_name = format!(
+        "checkpoint-rs setup {}",
+        inner.schema.as_deref().unwrap_or("")
+    );
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(&lock_name)
+        .execute(&mut *tx)
+        .await?;
+    if let Some(schema) = &inner.schema {
+        // Validated by check_schema_name: letters, digits and '_' only.
+        let create = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
+        sqlx::query(&create).execute(&mut *tx).await?;
+    }
+    for (steps, version, record) in [
+        (LANGGRAPH, sql::LANGGRAPH_VERSION, sql::LANGGRAPH_RECORD),
+        (OWN, sql::OWN_VERSION, sql::OWN_RECORD),
+    ] {
+        sqlx::Executor::execute(&mut *tx, steps[0]).await?;
+        let applied: Option<i32> = sqlx::query_scalar(version).fetch_one(&mut *tx).await?;
+        let start = applied.map_or(0, |v| v + 1);
+        for (v, step) in steps
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(start).unwrap_or(0))
+        {
+            sqlx::Executor::execute(&mut *tx, *step).await?;
+            sqlx::query(record)
+                .bind(i32::try_from(v).unwrap_or(i32::MAX))
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// LangGraph's migrations (langgraph-checkpoint-postgres 3.x), by version.
+pub(crate) const LANGGRAPH: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS checkpoint_migrations (v INTEGER PRIMARY KEY)",
+    "CREATE TABLE IF NOT EXISTS checkpoints (
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL DEFAULT '',
+        checkpoint_id TEXT NOT NULL,
+        parent_checkpoint_id TEXT,
+        type TEXT,
+        checkpoint JSONB NOT NULL,
+        metadata JSONB NOT NULL DEFAULT '{}',
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    )",
+    "CREATE TABLE IF NOT EXISTS checkpoint_blobs (
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL DEFAULT '',
+        channel TEXT NOT NULL,
+        version TEXT NOT NULL,
+        type TEXT NOT NULL,
+        blob BYTEA,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+    )",
+    "CREATE TABLE IF NOT EXISTS checkpoint_writes (
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL DEFAULT '',
+        checkpoint_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        channel TEXT NOT NULL,
+        type TEXT,
+        blob BYTEA NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    )",
+    "ALTER TABLE checkpoint_blobs ALTER COLUMN blob DROP NOT NULL",
+    "SELECT 1",
+    "CREATE INDEX IF NOT EXISTS checkpoints_thread_id_idx ON checkpoints(thread_id)",
+    "CREATE INDEX IF NOT EXISTS checkpoint_blobs_thread_id_idx ON checkpoint_blobs(thread_id)",
+    "CREATE INDEX IF NOT EXISTS checkpoint_writes_thread_id_idx ON checkpoint_writes(thread_id)",
+    "ALTER TABLE checkpoint_writes ADD COLUMN IF NOT EXISTS task_path TEXT NOT NULL DEFAULT ''",
+];
+
+/// This crate's own objects, by version (recorded in `checkpoint_rs_migrations`).
+pub(crate) const OWN: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS checkpoint_rs_migrations (v INTEGER PRIMARY KEY)",
+    // Thread leases: the token only ever grows; rows outlive delete_thread.
+    "CREATE TABLE IF NOT EXISTS checkpoint_leases (
+        thread_id TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        token BIGINT NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL
+    )",
+    // The idempotency ledger.
+    "CREATE TABLE IF NOT EXISTS checkpoint_ledger (
+        key TEXT PRIMARY KEY,
+        token BIGINT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'abandoned', 'completed')),
+        expires_at TIMESTAMPTZ NOT NULL,
+        outcome_type TEXT,
+        outcome BYTEA,
+        updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    )",
+    // Metadata containment filters (list with a filter, global or per thread).
+    "CREATE INDEX IF NOT EXISTS checkpoints_rs_metadata_idx ON checkpoints USING gin (metadata jsonb_path_ops)",
+    // Newest-first listing of one thread across namespaces, and of every thread.
+    "CREATE INDEX IF NOT EXISTS checkpoints_rs_thread_order_idx ON checkpoints (thread_id, checkpoint_id, checkpoint_ns)",
+    "CREATE INDEX IF NOT EXISTS checkpoints_rs_global_order_idx ON checkpoints (checkpoint_id, thread_id, checkpoint_ns)",
+    // delete_for_runs.
+    "CREATE INDEX IF NOT EXISTS checkpoints_rs_run_id_idx ON checkpoints ((metadata ->> 'run_id'))",
+    // Compare-and-set: serialize the puts of one (thread, namespace) and read the head with a
+    // snapshot taken after the lock (each statement of a VOLATILE function gets a fresh
+    // snapshot under READ COMMITTED), so the loser of a race sees the winner's commit.
+    "CREATE OR REPLACE FUNCTION checkpoint_rs_locked_head(p_thread TEXT, p_ns TEXT) RETURNS TEXT
+        LANGUAGE plpgsql VOLATILE AS $$
+        BEGIN
+            PERFORM pg_advisory_xact_lock(hashtext(current_schema() || '/' || p_thread), hashtext(p_ns));
+            RETURN (SELECT max(checkpoint_id) FROM checkpoints
+                    WHERE thread_id = p_thread AND checkpoint_ns = p_ns);
+        END
+    $$",
+];

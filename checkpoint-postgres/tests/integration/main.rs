@@ -1,0 +1,11 @@
+//! The integration tests of `checkpoint-postgres`, in one binary (one link on a 2-core
+//! machine is most of a test run): one module per concern, each against the server of
+//! `CHECKPOINT_TEST_POSTGRES_URL` (started by `scripts/test.sh`).
+
+mod common;
+mod conformance;
+mod crash;
+mod hostile;
+mod interop;
+mod recovery;
+mod stack;

@@ -1,0 +1,150 @@
+//! Connection loss: after the server drops every connection of the pool (as on a server
+//! restart), the saver recovers by itself; a failure seen meanwhile is classified transient.
+
+use crate::common;
+
+use std::time::Duration;
+
+use checkpoint_core::{CheckpointConfig, CheckpointMetadata, Error, PutOptions, Saver};
+use checkpoint_postgres::PostgresSaver;
+use checkpoint_postgres::sqlx::{self, PgPool};
+
+#[tokio::test]
+async fn saver_recovers_after_its_connections_are_killed() {
+    let Some(url) = common::url() else {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "CHECKPOINT_TEST_POSTGRES_URL is required"
+        );
+        return;
+    };
+    let schema = common::unique_schema();
+    let app = format!("recovery-{schema}");
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let saver = checkpoint_postgres::PostgresSaverBuilder::new(options.application_name(&app))
+        .schema(&schema)
+        .max_connections(4)
+        .connect()
+        .await
+        .unwrap();
+    saver.setup().await.unwrap();
+    let mut c = checkpoint_core::Checkpoint::new();
+    c.set("a", &1).unwrap();
+    let v = c.channel_versions.clone();
+    let cfg = saver
+        .put(
+            &CheckpointConfig::new("t"),
+            c,
+            CheckpointMetadata::new(),
+            v,
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+
+    let admin = PgPool::connect(&url).await.unwrap();
+    for _ in 0..3 {
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        )
+        .bind(&app)
+        .fetch_all(&admin)
+        .await
+        .unwrap();
+        assert!(
+            !killed.is_empty(),
+            "the saver had no open connection to kill"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut recovered = false;
+        for _ in 0..20 {
+            match saver.get_tuple(&cfg).await {
+                Ok(Some(_)) => {
+                    recovered = true;
+                    break;
+                }
+                Ok(None) => panic!("data lost"),
+                Err(e) => {
+                    assert!(
+                        e.is_transient(),
+                        "a dropped connection must be transient: {e:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        assert!(recovered, "the saver did not recover");
+    }
+    // A saver pointed at a port where nothing listens fails transiently, not with a panic.
+    let dead = PostgresSaver::builder("postgres://postgres@127.0.0.1:1/test")
+        .unwrap()
+        .pool_options(sqlx::postgres::PgPoolOptions::new().acquire_timeout(Duration::from_secs(1)))
+        .connect_lazy()
+        .unwrap();
+    let err = dead
+        .get_tuple(&CheckpointConfig::new("t"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(err.is_transient());
+    // Debug output never shows a password.
+    let with_password = PostgresSaver::builder("postgres://user:s3cr3t-pw@127.0.0.1:1/test")
+        .unwrap()
+        .connect_lazy()
+        .unwrap();
+    assert!(!format!("{with_password:?}").contains("s3cr3t"));
+    common::drop_schemas(&url, &[schema]).await;
+}
+
+#[tokio::test]
+async fn setup_is_idempotent_and_safe_concurrently() {
+    let Some(url) = common::url() else {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "CHECKPOINT_TEST_POSTGRES_URL is required"
+        );
+        return;
+    };
+    let schema = common::unique_schema();
+    // Independent pools, as separate processes would have.
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (url, schema) = (url.clone(), schema.clone());
+        tasks.push(tokio::spawn(async move {
+            let saver = PostgresSaver::builder(&url)
+                .unwrap()
+                .schema(&schema)
+                .max_connections(1)
+                .connect()
+                .await
+                .unwrap();
+            saver.setup().await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let saver = PostgresSaver::builder(&url)
+        .unwrap()
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    saver.setup().await.unwrap();
+    saver.setup().await.unwrap();
+    let langgraph: Vec<i32> = sqlx::query_scalar("SELECT v FROM checkpoint_migrations ORDER BY v")
+        .fetch_all(saver.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        langgraph,
+        (0..10).collect::<Vec<i32>>(),
+        "LangGraph's migration numbering is kept exactly"
+    );
+    let own: i64 = sqlx::query_scalar("SELECT count(*) FROM checkpoint_rs_migrations")
+        .fetch_one(saver.pool())
+        .await
+        .unwrap();
+    assert!(own >= 8);
+    common::drop_schemas(&url, &[schema]).await;
+}

@@ -1,0 +1,9 @@
+-- Lease release. KEYS: the thread's lease key. Arguments: `LeaseArgs` in scripts.rs.
+local me, token = ARGV[1], tonumber(ARGV[2])
+local now = now_ms()
+local h = redis.call('HMGET', KEYS[1], 'h', 't')
+local tok = tonumber(h[2])
+if tok and tok == token and h[1] == me then
+  redis.call('HSET', KEYS[1], 'e', fmt(now), 'h', '')
+end
+return {'OK'}

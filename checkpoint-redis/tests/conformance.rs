@@ -1,7 +1,0 @@
-//! The conformance suite against the single Redis server of `CHECKPOINT_TEST_REDIS_URL`
-//! (started by `scripts/test.sh`). Every clause gets savers with their own key prefix;
-//! teardown deletes exactly those keys.
-
-mod common;
-
-conformance_tests::conformance_suite!(common::RedisFactory::from_env());

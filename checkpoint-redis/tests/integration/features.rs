@@ -1,0 +1,697 @@
+//! Redis-specific behavior against the server of `CHECKPOINT_TEST_REDIS_URL`: the key layout
+//! (hash tags, no globbing), TTLs (default, per thread, pinning, refresh on read, expired
+//! threads leaving the global listing), error classification and secrets in messages.
+
+use crate::common;
+
+use std::time::Duration;
+
+use checkpoint_conformance::fixtures::{step, val};
+use checkpoint_core::{
+    CheckpointConfig, CheckpointMetadata, Error, ListOptions, PutOptions, Saver, SaverExt,
+};
+use checkpoint_redis::{RedisSaver, RedisSaverBuilder, ThreadTtl, redis};
+use serde_json::json;
+
+fn url() -> Option<String> {
+    let url = checkpoint_conformance::server_url("redis");
+    if url.is_none() {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "CHECKPOINT_TEST_REDIS_URL is required under CI"
+        );
+        eprintln!("SKIPPED: CHECKPOINT_TEST_REDIS_URL is not set");
+    }
+    url
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn put_one(saver: &RedisSaver, thread: &str) -> CheckpointConfig {
+    let (c, v) = step(None, &[("a", Some(val(json!(thread))))]);
+    saver
+        .put(
+            &CheckpointConfig::new(thread),
+            c,
+            CheckpointMetadata::new().with("who", thread),
+            v,
+            PutOptions::new(),
+        )
+        .await
+        .unwrap()
+}
+
+/// How many fields (values, manifests and chunks) the `bl` hash of `thread` under `prefix`
+/// holds.
+async fn stored_values(url: &str, prefix: &str, thread: &str) -> usize {
+    let (plain, manifests, chunks) =
+        common::value_layout(&[url.to_owned()], false, prefix, thread).await;
+    plain + manifests + chunks
+}
+
+async fn keys(url: &str, pattern: &str) -> Vec<String> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.extend(batch);
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+}
+
+#[test]
+fn every_thread_key_carries_the_thread_hash_tag_and_ids_never_glob() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "layout").await;
+        for t in ["*", "a*", "{x}", "t:1 [y]?", "\0nul", "ü"] {
+            let cfg = put_one(&saver, t).await;
+            saver
+                .put_writes(
+                    &cfg,
+                    vec![("w".into(), val(json!(1)))],
+                    "task",
+                    Default::default(),
+                )
+                .await
+                .unwrap();
+        }
+        let all = keys(&url, &format!("{prefix}:*")).await;
+        for k in &all {
+            let rest = &k[prefix.len() + 1..];
+            assert!(rest.starts_with('{'), "{k}");
+            let tag = &rest[1..rest.find('}').unwrap()];
+            assert!(
+                tag.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"%._-".contains(&b)),
+                "hash tag {tag:?} of {k} must be glob- and brace-free"
+            );
+        }
+        // Deleting the thread "*" deletes nothing of the others.
+        saver.delete_thread("*").await.unwrap();
+        for t in ["a*", "{x}", "t:1 [y]?", "\0nul", "ü"] {
+            assert!(
+                saver
+                    .get_tuple(&CheckpointConfig::new(t))
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "{t:?}"
+            );
+        }
+        assert_eq!(saver.list_all(ListOptions::new()).await.unwrap().len(), 5);
+        saver.purge().await.unwrap();
+        assert!(keys(&url, &format!("{prefix}:*")).await.is_empty());
+    });
+}
+
+#[test]
+fn default_ttl_pinning_and_per_thread_ttl_apply_to_every_key_of_the_thread() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) = common::build_fresh(
+            RedisSaverBuilder::new(url.clone()).default_ttl(Some(Duration::from_secs(60))),
+            "ttl",
+        )
+        .await;
+        let cfg = put_one(&saver, "t1").await;
+        saver
+            .put_writes(
+                &cfg,
+                vec![("w".into(), val(json!(1)))],
+                "task",
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let ttl = saver.thread_ttl("t1").await.unwrap().expect("a TTL");
+        assert!(
+            ttl <= Duration::from_secs(60) && ttl > Duration::from_secs(50),
+            "{ttl:?}"
+        );
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let thread_keys = keys(&url, &format!("{prefix}:{{t1}}:*")).await;
+        // Every data key of the thread exists (the by-id and by-namespace orders live in
+        // `mi` with the metadata index).
+        for suffix in [":cp", ":bl", ":wi", ":wv", ":mi"] {
+            assert!(
+                thread_keys.iter().any(|k| k.ends_with(suffix)),
+                "{suffix} missing from {thread_keys:?}"
+            );
+        }
+        for k in thread_keys.iter().filter(|k| !k.ends_with(":lease")) {
+            let ms: i64 = redis::cmd("PTTL")
+                .arg(k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(ms > 50_000, "{k} has TTL {ms}");
+        }
+        // Pinned: no key of the thread expires, also after further writes.
+        saver.set_thread_ttl("t1", ThreadTtl::Pinned).await.unwrap();
+        put_one(&saver, "t1").await;
+        assert_eq!(saver.thread_ttl("t1").await.unwrap(), None);
+        for k in keys(&url, &format!("{prefix}:{{t1}}:*")).await {
+            let ms: i64 = redis::cmd("PTTL")
+                .arg(&k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(ms, -1, "{k} must not expire when pinned");
+        }
+        // A per-thread TTL overrides the default; back to the default afterwards.
+        saver
+            .set_thread_ttl("t1", ThreadTtl::Expire(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let ttl = saver.thread_ttl("t1").await.unwrap().unwrap();
+        assert!(ttl <= Duration::from_secs(5), "{ttl:?}");
+        saver
+            .set_thread_ttl("t1", ThreadTtl::Default)
+            .await
+            .unwrap();
+        let ttl = saver.thread_ttl("t1").await.unwrap().unwrap();
+        assert!(ttl > Duration::from_secs(50), "{ttl:?}");
+        assert!(matches!(
+            saver.set_thread_ttl("", ThreadTtl::Pinned).await,
+            Err(Error::InvalidInput { .. })
+        ));
+        saver.purge().await.unwrap();
+    });
+}
+
+#[test]
+fn expired_threads_vanish_from_every_read_and_the_global_index_is_repaired() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) = common::build_fresh(
+            RedisSaverBuilder::new(url.clone())
+                .default_ttl(Some(Duration::from_millis(1_200)))
+                .refresh_on_read(true),
+            "expire",
+        )
+        .await;
+        put_one(&saver, "short").await;
+        put_one(&saver, "kept").await;
+        saver
+            .set_thread_ttl("kept", ThreadTtl::Pinned)
+            .await
+            .unwrap();
+        // Reads refresh the TTL: reading every 300 ms keeps the thread alive past 1.2 s
+        // (the margin absorbs scheduling stalls on a loaded machine).
+        put_one(&saver, "read").await;
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                saver
+                    .get_tuple(&CheckpointConfig::new("read"))
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        assert!(
+            saver
+                .get_tuple(&CheckpointConfig::new("short"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            saver
+                .get_tuple(&CheckpointConfig::new("read"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let listed = saver.list_all(ListOptions::new()).await.unwrap();
+        assert_eq!(listed.len(), 1, "only the pinned thread is left");
+        assert_eq!(listed[0].config.thread_id, "kept");
+        let filtered = saver
+            .list_all(ListOptions::new().filter("who", "short"))
+            .await
+            .unwrap();
+        assert!(filtered.is_empty());
+        // The listing removed the dangling global entries.
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        // `\x01 gref` members of the global index: one per listed checkpoint.
+        let n: u64 = redis::cmd("ZLEXCOUNT")
+            .arg(format!("{prefix}:{{%g}}:mi"))
+            .arg(&b"[\x01"[..])
+            .arg(&b"(\x02"[..])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        saver.purge().await.unwrap();
+    });
+}
+
+#[test]
+fn unreachable_servers_are_unavailable_and_secrets_never_show() {
+    rt().block_on(async {
+        let e = RedisSaverBuilder::new("redis://127.0.0.1:1")
+            .connect_timeout(Duration::from_millis(300))
+            .pool_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Unavailable {
+                    backend: "redis",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.is_transient());
+        assert!(std::error::Error::source(&e).is_some());
+        let e = RedisSaverBuilder::new("redis://127.0.0.1:6379")
+            .key_prefix("bad{prefix}")
+            .build()
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+        let e = RedisSaverBuilder::new("not a url :: s3cr3t")
+            .build()
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+    });
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let with_password = url.replacen("redis://", "redis://someone:s3cr3t-pw@", 1);
+        let builder = RedisSaverBuilder::new(with_password);
+        assert!(!format!("{builder:?}").contains("s3cr3t-pw"));
+        match builder.build().await {
+            Ok(saver) => assert!(!format!("{saver:?}").contains("s3cr3t-pw")),
+            Err(e) => {
+                let mut shown = format!("{e} {e:?}");
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    shown.push_str(&c.to_string());
+                    cause = c.source();
+                }
+                assert!(!shown.contains("s3cr3t-pw"), "{shown}");
+            }
+        }
+    });
+}
+
+#[test]
+fn a_put_over_an_expired_threads_left_over_global_entry_is_listed_once() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) = common::build_fresh(
+            RedisSaverBuilder::new(url.clone()).default_ttl(Some(Duration::from_millis(300))),
+            "reput",
+        )
+        .await;
+        let (c, v) = step(None, &[("a", Some(val(json!(1))))]);
+        let id = c.id.clone();
+        let meta = |who: &str| CheckpointMetadata::new().with("who", who);
+        let cfg = CheckpointConfig::new("t");
+        saver
+            .put(&cfg, c.clone(), meta("old"), v.clone(), PutOptions::new())
+            .await
+            .unwrap();
+        // The thread expires; its global index entries are left over (nothing read them).
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        saver
+            .put(&cfg, c, meta("new"), v, PutOptions::new())
+            .await
+            .unwrap();
+        let all = saver.list_all(ListOptions::new()).await.unwrap();
+        assert_eq!(all.len(), 1, "listed once");
+        assert_eq!(all[0].checkpoint.id, id);
+        assert_eq!(all[0].metadata, meta("new"));
+        let old = ListOptions::new().filter("who", "old");
+        assert!(saver.list_all(old).await.unwrap().is_empty());
+        let new = ListOptions::new().filter("who", "new");
+        assert_eq!(saver.list_all(new).await.unwrap().len(), 1);
+        // Deleting the thread removes every global entry, the left-over ones included.
+        saver.delete_thread("t").await.unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let n: u64 = redis::cmd("ZCARD")
+            .arg(format!("{prefix}:{{%g}}:mi"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(n, 0);
+        saver.purge().await.unwrap();
+    });
+}
+
+#[test]
+fn large_values_survive_every_operation() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "split").await;
+        // Sizes on both sides of allocator class boundaries.
+        let sizes = [2_100, 4_200, 65_600, 70_000, 81_000, 200_000];
+        let mut prev: Option<checkpoint_core::Checkpoint> = None;
+        let mut cfg = CheckpointConfig::new("src");
+        for (n, len) in sizes.iter().enumerate() {
+            let big = val(json!("y".repeat(*len)));
+            let (c, v) = step(
+                prev.as_ref(),
+                &[("big", Some(big)), ("n", Some(val(json!(n))))],
+            );
+            cfg = saver
+                .put(
+                    &cfg,
+                    c.clone(),
+                    CheckpointMetadata::new(),
+                    v,
+                    PutOptions::new(),
+                )
+                .await
+                .unwrap();
+            prev = Some(c);
+        }
+        let check = |t: &checkpoint_core::CheckpointTuple, len: usize| {
+            assert_eq!(
+                t.checkpoint.channel_values["big"],
+                val(json!("y".repeat(len)))
+            );
+        };
+        let listed = saver.list_all(ListOptions::thread("src")).await.unwrap();
+        assert_eq!(listed.len(), sizes.len());
+        for (t, len) in listed.iter().zip(sizes.iter().rev()) {
+            check(t, *len);
+            check(&saver.get_tuple(&t.config).await.unwrap().unwrap(), *len);
+        }
+        let global = saver.list_all(ListOptions::new()).await.unwrap();
+        for (t, len) in global.iter().zip(sizes.iter().rev()) {
+            check(t, *len);
+        }
+        // A copy never overwrites a value the target already has for the same version
+        // (here a different, small value).
+        let (c, v) = step(None, &[("big", Some(val(json!("small"))))]);
+        let own = saver
+            .put(
+                &CheckpointConfig::new("dst"),
+                c,
+                CheckpointMetadata::new(),
+                v,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        saver.copy_thread("src", "dst").await.unwrap();
+        let mine = saver.get_tuple(&own).await.unwrap().unwrap();
+        assert_eq!(mine.checkpoint.channel_values["big"], val(json!("small")));
+        saver.copy_thread("src", "copy").await.unwrap();
+        let copied = saver.list_all(ListOptions::thread("copy")).await.unwrap();
+        for (t, len) in copied.iter().zip(sizes.iter().rev()) {
+            check(t, *len);
+        }
+        // Pruning deletes every value no checkpoint names any more.
+        saver
+            .prune(
+                &["copy".to_owned()],
+                checkpoint_core::PruneStrategy::KeepLatest,
+            )
+            .await
+            .unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let fields: Vec<Vec<u8>> = redis::cmd("HKEYS")
+            .arg(format!("{prefix}:{{copy}}:bl"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(fields.len(), 2, "{fields:?}");
+        let last = saver.list_all(ListOptions::thread("copy")).await.unwrap();
+        check(&last[0], 200_000);
+        saver.purge().await.unwrap();
+    });
+}
+
+/// Values carry no reference counts: the ones a re-put or a deletion leaves unnamed are
+/// swept, the ones another checkpoint still names stay.
+#[test]
+fn values_no_checkpoint_names_are_swept_and_shared_ones_kept() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "sweep").await;
+        let values = || stored_values(&url, &prefix, "t");
+        let run = |r: &str| CheckpointMetadata::new().with("run_id", r);
+        let (a, va) = step(
+            None,
+            &[
+                ("doc", Some(val(json!("D".repeat(5000))))),
+                ("b", Some(val(json!("b1")))),
+            ],
+        );
+        let at_a = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                a.clone(),
+                run("r1"),
+                va,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        // B shares A's unchanged `doc`.
+        let (b, vb) = step(Some(&a), &[("b", Some(val(json!("b2"))))]);
+        saver
+            .put(&at_a, b.clone(), run("r2"), vb, PutOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(values().await, 3, "doc once, b twice");
+        // Re-putting B with another `b` drops the value only the old B named.
+        let mut b_again = b.clone();
+        let v3 = b_again.set_typed("b", val(json!("b3")));
+        let at_b = saver
+            .put(
+                &at_a,
+                b_again,
+                run("r2"),
+                [("b".to_owned(), v3)].into(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(values().await, 3, "b2 swept, b3 stored");
+        let t = saver.get_tuple(&at_b).await.unwrap().unwrap();
+        assert_eq!(t.checkpoint.channel_values["b"], val(json!("b3")));
+        assert_eq!(
+            t.checkpoint.channel_values["doc"],
+            val(json!("D".repeat(5000)))
+        );
+        // Deleting B keeps the `doc` A still names.
+        saver.delete_for_runs(&["r2".to_owned()]).await.unwrap();
+        assert_eq!(values().await, 2, "A's doc and b1 stay");
+        let t = saver.get_tuple(&at_a).await.unwrap().unwrap();
+        assert_eq!(
+            t.checkpoint.channel_values["doc"],
+            val(json!("D".repeat(5000)))
+        );
+        saver.delete_for_runs(&["r1".to_owned()]).await.unwrap();
+        assert_eq!(values().await, 0, "nothing names a value any more");
+        saver.purge().await.unwrap();
+    });
+}
+
+/// A put of an id that exists already (a re-put) replaces its metadata in both indexes:
+/// on a single node the first transaction finds the record there and the script then
+/// replaces it and drops the index entries only the old metadata named.
+#[test]
+fn a_re_put_replaces_the_metadata_index_entries() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "reput").await;
+        let who = |w: &str| CheckpointMetadata::new().with("who", w);
+        let (c, v) = step(None, &[("a", Some(val(json!(1))))]);
+        let at = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                c.clone(),
+                who("x"),
+                v.clone(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        saver
+            .put(
+                &CheckpointConfig::new("t"),
+                c.clone(),
+                who("y"),
+                v,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        let t = saver.get_tuple(&at).await.unwrap().unwrap();
+        assert_eq!(t.metadata, who("y"));
+        let filtered = |thread: Option<&str>, w: &str| {
+            let o = match thread {
+                Some(thread) => ListOptions::thread(thread),
+                None => ListOptions::new(),
+            };
+            saver.list_all(o.filter("who", w))
+        };
+        for thread in [Some("t"), None] {
+            assert!(filtered(thread, "x").await.unwrap().is_empty());
+            assert_eq!(filtered(thread, "y").await.unwrap().len(), 1);
+        }
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let members = common::zrange_all(&mut conn, &format!("{prefix}:{{t}}:mi")).await;
+        // `\1 tref`, `\2 ns id` and the one token of the new metadata.
+        assert_eq!(members.len(), 3, "{members:?}");
+        assert!(members.iter().any(|m| m.starts_with(b"kwho=%22y%22\0")));
+        // The global index likewise: `\1 gref pack(tokens)` with the new tokens only, and
+        // the new token's entry; the checkpoint is listed once.
+        let global = common::zrange_all(&mut conn, &format!("{prefix}:{{%g}}:mi")).await;
+        assert_eq!(global.len(), 2, "{global:?}");
+        assert!(global.iter().any(|m| m.starts_with(b"kwho=%22y%22\0")));
+        let old_token = b"kwho=%22x%22";
+        assert!(
+            !global
+                .iter()
+                .any(|m| m.windows(old_token.len()).any(|w| w == old_token)),
+            "nothing names the old metadata: {global:?}"
+        );
+        assert_eq!(saver.list_all(ListOptions::new()).await.unwrap().len(), 1);
+        // What a re-put whose second transaction never ran leaves: an entry of metadata
+        // the stored record does not have. Filtered lists re-check and skip it.
+        let token = members
+            .iter()
+            .find(|m| m.starts_with(b"kwho="))
+            .expect("the token entry");
+        let stale = [
+            &b"kwho=%22z%22"[..],
+            &token[token.iter().position(|&b| b == 0).unwrap()..],
+        ]
+        .concat();
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("{prefix}:{{t}}:mi"))
+            .arg(0)
+            .arg(stale)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(filtered(Some("t"), "z").await.unwrap().is_empty());
+        assert_eq!(filtered(Some("t"), "y").await.unwrap().len(), 1);
+        saver.purge().await.unwrap();
+    });
+}
+
+/// On a single node a put writes its values with plain `HSETNX`es ahead of the script in
+/// one `MULTI`/`EXEC`; a put the script then refuses (compare-and-set conflict, stale
+/// fence) leaves none of them behind.
+#[test]
+fn a_refused_put_leaves_no_value_behind() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "refused").await;
+        let values = || stored_values(&url, &prefix, "t");
+        let cas = PutOptions::compare_and_set();
+        let (a, va) = step(None, &[("doc", Some(val(json!("D".repeat(70_000)))))]);
+        let at_a = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                a.clone(),
+                CheckpointMetadata::new(),
+                va,
+                cas.clone(),
+            )
+            .await
+            .unwrap();
+        let (b, vb) = step(Some(&a), &[("x", Some(val(json!("b"))))]);
+        saver
+            .put(&at_a, b, CheckpointMetadata::new(), vb, cas.clone())
+            .await
+            .unwrap();
+        assert_eq!(values().await, 2);
+        // A second child of A: A is no longer the head.
+        let (c, vc) = step(
+            Some(&a),
+            &[
+                ("x", Some(val(json!("c")))),
+                ("y", Some(val(json!("Y".repeat(70_000))))),
+            ],
+        );
+        let refused = saver
+            .put(
+                &at_a,
+                c.clone(),
+                CheckpointMetadata::new(),
+                vc.clone(),
+                cas.clone(),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(Error::Conflict { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(values().await, 2, "the refused put's values were swept");
+        // A stale fencing token is refused the same way.
+        let lease = saver
+            .acquire_lease("t", "holder", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap();
+        let refused = saver
+            .put(
+                &at_a,
+                c,
+                CheckpointMetadata::new(),
+                vc,
+                PutOptions::new().fence(lease.token + 1),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(Error::StaleFence { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(values().await, 2, "the fenced-out put's values were swept");
+        saver.release_lease(&lease).await.unwrap();
+        saver.purge().await.unwrap();
+    });
+}
+
+/// A growing list is stored as content-addressed chunks shared by every version (the
+/// scenario is in `common`, shared with the Cluster tests).
+#[test]
+fn list_values_are_stored_once_per_element_and_read_back_exactly() {
+    let Some(url) = url() else { return };
+    rt().block_on(common::chunked_list_values(
+        RedisSaverBuilder::new(url.clone()),
+        vec![url],
+    ));
+}
