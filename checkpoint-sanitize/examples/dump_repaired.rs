@@ -2,8 +2,8 @@
 //! `fixtures/verify.py` to load with the real Python libraries:
 //!
 //! ```sh
-//! cargo run -p checkpoint-sanitize --example dump_repaired -- /tmp/repaired
-//! /work/venv-sanitize/bin/python checkpoint-sanitize/fixtures/verify.py /tmp/repaired
+//! cargo run -p checkpoint-sanitize --example dump_repaired -- repaired
+//! .venv-sanitize/bin/python checkpoint-sanitize/fixtures/verify.py repaired
 //! ```
 
 use std::path::{Path, PathBuf};

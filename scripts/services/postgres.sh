@@ -1,9 +1,8 @@
 # shellcheck shell=bash
 # PostgreSQL for checkpoint-postgres. Sourced by scripts/test.sh (after scripts/lib.sh).
 # Makes sure PostgreSQL answers on 127.0.0.1:5432 (starting it, or installing it from
-# Debian's packages, when needed), exports CHECKPOINT_TEST_POSTGRES_URL, and prepares the
-# pinned Python LangGraph environment the interoperability tests need
-# (CHECKPOINT_TEST_LANGGRAPH_PYTHON).
+# Debian's packages, when needed) and exports CHECKPOINT_TEST_POSTGRES_URL. The Python
+# LangGraph the interoperability tests need comes from langgraph.sh.
 
 _checkpoint_pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
 
@@ -32,13 +31,4 @@ _checkpoint_pg_service() {
 
 if ! _checkpoint_pg_service; then
   checkpoint_service_unavailable postgres "nothing answers on 127.0.0.1:5432"
-fi
-
-# Python LangGraph, pinned, for the interoperability tests (both directions, against the
-# real library).
-_checkpoint_lg_venv="${CHECKPOINT_LANGGRAPH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/checkpoint-rs/venv-langgraph}"
-if checkpoint_venv "$_checkpoint_lg_venv" "$(dirname "${BASH_SOURCE[0]}")/../../checkpoint-postgres/interop/requirements.txt"; then
-  export CHECKPOINT_TEST_LANGGRAPH_PYTHON="$_checkpoint_lg_venv/bin/python"
-else
-  checkpoint_service_unavailable postgres "the Python LangGraph environment could not be installed"
 fi
