@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod clauses;
+pub mod crash;
 pub mod fixtures;
 pub mod model;
 
