@@ -16,7 +16,7 @@ struct Cli {
     /// Backend to benchmark.
     #[arg(long, default_value = "memory", value_parser = PossibleValuesParser::new(BACKENDS))]
     backend: String,
-    /// Connection URL of a server backend (ignored by `memory`).
+    /// Connection URL of a server backend; for `sqlite`, a directory for its files.
     #[arg(long)]
     url: Option<String>,
     /// T: number of W1 threads.

@@ -12,6 +12,9 @@ pub const SCHEDULED: &str = "__scheduled__";
 pub const INTERRUPT: &str = "__interrupt__";
 /// Channel of a resume value write.
 pub const RESUME: &str = "__resume__";
+/// The channel of pending `Send`s (LangGraph's `TASKS`). Before checkpoint format 4, sends
+/// were pending writes to it on the parent checkpoint, or a checkpoint's `pending_sends`.
+pub const TASKS: &str = "__pregel_tasks";
 
 /// The special channels and their fixed indexes (LangGraph's `WRITES_IDX_MAP`).
 pub const SPECIAL_CHANNELS: [(&str, i64); 4] =

@@ -11,6 +11,8 @@ mod mongo;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +27,8 @@ pub use mongo::MongoBackend;
 pub use postgres::PostgresBackend;
 #[cfg(feature = "redis")]
 pub use redis::RedisBackend;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteBackend;
 
 /// One storage backend under benchmark.
 ///
@@ -112,13 +116,16 @@ pub const BACKENDS: &[&str] = &[
     "redis",
     #[cfg(feature = "mongo")]
     "mongo",
+    #[cfg(feature = "sqlite")]
+    "sqlite",
 ];
 
 /// What [`open`] may need besides the name.
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct BackendOptions {
-    /// Connection URL of a server backend (ignored by `memory`).
+    /// Connection URL of a server backend; for `sqlite`, the directory for its files
+    /// (default: a new one in the system's temporary directory). Ignored by `memory`.
     pub url: Option<String>,
 }
 
@@ -155,6 +162,8 @@ pub async fn open(name: &str, options: &BackendOptions) -> Result<Box<dyn Backen
         "redis" => Ok(Box::new(RedisBackend::open(options).await?)),
         #[cfg(feature = "mongo")]
         "mongo" => Ok(Box::new(MongoBackend::open(options).await?)),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Box::new(SqliteBackend::open(options).await?)),
         other => Err(Error::invalid(format!(
             "unknown backend {other:?}; known: {}",
             BACKENDS.join(", ")
@@ -169,10 +178,9 @@ mod tests {
     #[tokio::test]
     async fn opens_known_backends_only() {
         for name in BACKENDS {
-            assert_eq!(
-                open(name, &BackendOptions::new()).await.unwrap().name(),
-                *name
-            );
+            let backend = open(name, &BackendOptions::new()).await.unwrap();
+            assert_eq!(backend.name(), *name);
+            backend.teardown().await.unwrap();
         }
         assert!(open("nope", &BackendOptions::new()).await.is_err());
     }

@@ -1,0 +1,185 @@
+//! Maintenance: `delete_thread`, `copy_thread`, `prune`, `delete_for_runs`, thread TTLs and
+//! sweeping expired threads. Each runs in one `IMMEDIATE` transaction on the writer.
+
+use std::time::Duration;
+
+use checkpoint_core::{Error, PruneStrategy, Result};
+use serde_json::Value;
+use sqlx::{QueryBuilder, Sqlite};
+
+use crate::config::{ThreadTtl, duration_ms};
+use crate::core::Inner;
+use crate::error::classify;
+use crate::keys::{IDENTIFIERS, entry};
+use crate::sql;
+
+pub(crate) async fn delete_thread(inner: &Inner, thread_id: &str) -> Result<()> {
+    if thread_id.is_empty() || !IDENTIFIERS.storable(thread_id) {
+        return Ok(());
+    }
+    let mut tx = inner.begin_write().await?;
+    sqlx::query(sql::DELETE_THREAD)
+        .bind(thread_id)
+        .execute(tx.conn())
+        .await
+        .map_err(classify)?;
+    tx.commit().await
+}
+
+pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Result<()> {
+    if target.is_empty() {
+        return Err(Error::invalid("copy_thread target has an empty thread id"));
+    }
+    IDENTIFIERS.check("copy_thread target", target)?;
+    if source.is_empty() || source == target || !IDENTIFIERS.storable(source) {
+        return Ok(());
+    }
+    let mut tx = inner.begin_write().await?;
+    sqlx::query(sql::COPY_THREAD)
+        .bind(source)
+        .bind(target)
+        .bind(inner.default_ttl_ms)
+        .execute(tx.conn())
+        .await
+        .map_err(classify)?;
+    tx.commit().await
+}
+
+pub(crate) async fn prune(
+    inner: &Inner,
+    thread_ids: &[String],
+    strategy: PruneStrategy,
+) -> Result<()> {
+    let keep = strategy.keep_per_namespace();
+    for thread_id in thread_ids {
+        if thread_id.is_empty() || !IDENTIFIERS.storable(thread_id) {
+            continue;
+        }
+        if keep == 0 {
+            delete_thread(inner, thread_id).await?;
+            continue;
+        }
+        let mut tx = inner.begin_write().await?;
+        sqlx::query(sql::DOOMED_TABLES)
+            .execute(tx.conn())
+            .await
+            .map_err(classify)?;
+        sqlx::query(sql::DOOM_PRUNED)
+            .bind(thread_id)
+            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+            .execute(tx.conn())
+            .await
+            .map_err(classify)?;
+        sqlx::query(sql::DELETE_DOOMED)
+            .execute(tx.conn())
+            .await
+            .map_err(classify)?;
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+/// Finds the checkpoints of the runs through the metadata index (their `run_id` entries),
+/// checks each exactly (`metadata.run_id` is the run), and deletes them in one transaction.
+pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result<()> {
+    let runs: Vec<&String> = run_ids.iter().filter(|r| IDENTIFIERS.storable(r)).collect();
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let mut tx = inner.begin_write().await?;
+    sqlx::query(sql::DOOMED_TABLES)
+        .execute(tx.conn())
+        .await
+        .map_err(classify)?;
+    {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "INSERT OR IGNORE INTO temp.doomed \
+             SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id \
+             FROM checkpoint_metadata m CROSS JOIN checkpoints c ON c.thread_id = m.thread_id \
+             AND c.checkpoint_ns = m.checkpoint_ns AND c.checkpoint_id = m.checkpoint_id \
+             WHERE m.entry IN (",
+        );
+        let mut sep = qb.separated(", ");
+        for run in &runs {
+            sep.push_bind(entry("run_id", &Value::String((*run).clone())));
+        }
+        qb.push(") AND json_extract(c.metadata, '$.run_id') IN (");
+        let mut sep = qb.separated(", ");
+        for run in &runs {
+            sep.push_bind((*run).clone());
+        }
+        qb.push(") AND json_type(c.metadata, '$.run_id') = 'text'");
+        qb.build().execute(tx.conn()).await.map_err(classify)?;
+    }
+    sqlx::query(sql::DELETE_DOOMED)
+        .execute(tx.conn())
+        .await
+        .map_err(classify)?;
+    tx.commit().await
+}
+
+pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+    if thread_id.is_empty() {
+        return Err(Error::invalid("set_thread_ttl on an empty thread id"));
+    }
+    IDENTIFIERS.check("thread_id", thread_id)?;
+    let ttl_ms: Option<i64> = match ttl {
+        ThreadTtl::Default => None,
+        ThreadTtl::Pinned => Some(0),
+        ThreadTtl::Expire(d) if d.is_zero() => {
+            return Err(Error::invalid("a thread TTL must be at least 1 ms"));
+        }
+        ThreadTtl::Expire(d) => Some(duration_ms(d)),
+    };
+    let mut tx = inner.begin_write().await?;
+    sqlx::query(&sql::SET_THREAD_TTL)
+        .bind(thread_id)
+        .bind(ttl_ms)
+        .bind(inner.default_ttl_ms)
+        .execute(tx.conn())
+        .await
+        .map_err(classify)?;
+    tx.commit().await
+}
+
+pub(crate) async fn thread_ttl(inner: &Inner, thread_id: &str) -> Result<Option<Duration>> {
+    if !IDENTIFIERS.storable(thread_id) {
+        return Ok(None);
+    }
+    let exists: bool = sqlx::query_scalar(sql::THREAD_EXISTS)
+        .bind(thread_id)
+        .fetch_one(&inner.reader)
+        .await
+        .map_err(classify)?;
+    if !exists {
+        return Ok(None);
+    }
+    let left: Option<i64> = sqlx::query_scalar(&sql::THREAD_TTL)
+        .bind(thread_id)
+        .fetch_optional(&inner.reader)
+        .await
+        .map_err(classify)?;
+    Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+}
+
+pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> {
+    if limit == 0 {
+        return Ok(0);
+    }
+    let mut tx = inner.begin_write().await?;
+    sqlx::query(&sql::DOOM_EXPIRED)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .execute(tx.conn())
+        .await
+        .map_err(classify)?;
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM temp.sweep")
+        .fetch_one(tx.conn())
+        .await
+        .map_err(classify)?;
+    sqlx::query(sql::SWEEP)
+        .execute(tx.conn())
+        .await
+        .map_err(classify)?;
+    tx.commit().await?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}

@@ -1,0 +1,115 @@
+//! The state every module shares: the connections and the settings. Modules depend on this
+//! one, never on `saver.rs`.
+
+use std::fmt;
+use std::time::Duration;
+
+use checkpoint_core::Result;
+use sqlx::sqlite::{Sqlite, SqlitePool};
+use sqlx::{SqliteConnection, Transaction};
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::config::duration_ms;
+use crate::error::classify;
+use crate::wal::WalCheckpointer;
+
+/// Shared state of a saver and its clones.
+pub(crate) struct Inner {
+    /// The one connection that writes (SQLite has one writer at a time: the saver's writes
+    /// queue here instead of failing with `SQLITE_BUSY`).
+    pub(crate) writer: SqlitePool,
+    /// Connections that read, concurrently with the writer (WAL).
+    pub(crate) reader: SqlitePool,
+    /// Serializes this saver's writes also when the caller's pool has several connections.
+    write_gate: Mutex<()>,
+    /// Where the database lives, for `Debug`.
+    pub(crate) location: String,
+    /// The default TTL of threads, in ms.
+    pub(crate) default_ttl_ms: Option<i64>,
+    pub(crate) refresh_on_read: bool,
+    /// The background WAL checkpointer of a file this saver opened (none in memory or on a
+    /// caller's pool).
+    wal: Option<WalCheckpointer>,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteSaver")
+            .field("location", &self.location)
+            .field("readers", &self.reader.options().get_max_connections())
+            .field("default_ttl_ms", &self.default_ttl_ms)
+            .field("refresh_on_read", &self.refresh_on_read)
+            .finish()
+    }
+}
+
+impl Inner {
+    pub(crate) fn new(
+        writer: SqlitePool,
+        reader: SqlitePool,
+        location: String,
+        default_ttl: Option<Duration>,
+        refresh_on_read: bool,
+        wal: Option<WalCheckpointer>,
+    ) -> Self {
+        Self {
+            writer,
+            reader,
+            write_gate: Mutex::new(()),
+            location,
+            default_ttl_ms: default_ttl.map(duration_ms),
+            refresh_on_read,
+            wal,
+        }
+    }
+
+    /// Records that a write committed (the background checkpointer counts them).
+    pub(crate) fn wrote(&self) {
+        if let Some(wal) = &self.wal {
+            wal.wrote();
+        }
+    }
+
+    /// Waits for this saver's turn to write.
+    pub(crate) async fn write_turn(&self) -> MutexGuard<'_, ()> {
+        self.write_gate.lock().await
+    }
+
+    /// Waits for this saver's turn to write and begins a `BEGIN IMMEDIATE` transaction on
+    /// the writer (taking SQLite's write lock up front, so it never fails half-way on a
+    /// lock another process holds). Dropped without [`WriteTx::commit`], it rolls back.
+    pub(crate) async fn begin_write(&self) -> Result<WriteTx<'_>> {
+        let turn = self.write_turn().await;
+        let tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(classify)?;
+        Ok(WriteTx {
+            tx,
+            inner: self,
+            _turn: turn,
+        })
+    }
+}
+
+/// A write transaction of this saver (see [`Inner::begin_write`]).
+pub(crate) struct WriteTx<'a> {
+    tx: Transaction<'static, Sqlite>,
+    inner: &'a Inner,
+    _turn: MutexGuard<'a, ()>,
+}
+
+impl WriteTx<'_> {
+    /// The transaction's connection.
+    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+
+    /// Commits everything done through [`conn`](Self::conn).
+    pub(crate) async fn commit(self) -> Result<()> {
+        self.tx.commit().await.map_err(classify)?;
+        self.inner.wrote();
+        Ok(())
+    }
+}

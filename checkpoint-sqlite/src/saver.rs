@@ -1,0 +1,216 @@
+//! [`SqliteSaver`]: opening, and the [`Saver`] implementation, which delegates to the read,
+//! write, maintenance and coordination modules.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use checkpoint_core::{
+    BoxStream, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
+    CheckpointTuple, Claim, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
+    Result, Saver, TypedValue, async_trait,
+};
+use sqlx::sqlite::SqlitePool;
+
+use crate::config::{SqliteSaverBuilder, ThreadTtl, from_pool};
+use crate::core::Inner;
+use crate::error::classify;
+use crate::{admin, coord, read, schema, write};
+
+/// A [`Saver`] on SQLite: a database file (or memory) on this machine, no server.
+///
+/// Open it with [`SqliteSaver::open`], [`SqliteSaver::open_in_memory`],
+/// [`SqliteSaver::builder`] or [`SqliteSaver::from_pool`]; each creates or upgrades the
+/// schema. Cheap to clone: clones share the connections. Several processes may open the
+/// same file; their writes serialize on SQLite's lock (waiting up to the busy timeout).
+#[derive(Clone)]
+pub struct SqliteSaver {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for SqliteSaver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl SqliteSaverBuilder {
+    /// Opens the database (creating the file when missing) and sets up the schema.
+    pub async fn open(self) -> Result<SqliteSaver> {
+        let saver = SqliteSaver {
+            inner: Arc::new(self.connect().await?),
+        };
+        saver.setup().await?;
+        Ok(saver)
+    }
+}
+
+impl SqliteSaver {
+    /// A builder for the database file at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> SqliteSaverBuilder {
+        SqliteSaverBuilder::new(path)
+    }
+
+    /// Opens (creating when missing) the database file at `path` with the default settings.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        SqliteSaverBuilder::new(path).open().await
+    }
+
+    /// A private in-memory database, gone when the saver and its clones are dropped.
+    pub async fn open_in_memory() -> Result<Self> {
+        SqliteSaverBuilder::in_memory().open().await
+    }
+
+    /// A saver on an existing pool (its connect options decide file, journal mode and
+    /// durability; WAL is recommended). All reads and writes use the pool; this saver's
+    /// writes are serialized among themselves. Sets up the schema.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self> {
+        let saver = Self {
+            inner: Arc::new(from_pool(pool)),
+        };
+        saver.setup().await?;
+        Ok(saver)
+    }
+
+    /// Creates or upgrades the schema (versioned migrations recorded in
+    /// `checkpoint_rs_migrations`). Idempotent; the constructors call it.
+    pub async fn setup(&self) -> Result<()> {
+        let _turn = self.inner.write_turn().await;
+        let mut conn = self.inner.writer.acquire().await.map_err(classify)?;
+        schema::setup(&mut conn).await?;
+        Ok(())
+    }
+
+    /// The pool this saver writes with (one connection, unless built
+    /// [`from_pool`](Self::from_pool)).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.inner.writer
+    }
+
+    /// Sets how long `thread_id`'s data lives, applied at once and on every later write.
+    /// [`ThreadTtl::Pinned`] keeps the thread forever even when the saver has a default TTL.
+    /// Leases are never subject to a TTL.
+    pub async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        admin::set_thread_ttl(&self.inner, thread_id, ttl).await
+    }
+
+    /// Time left before `thread_id`'s data expires: `None` when it has no TTL or no data.
+    pub async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        admin::thread_ttl(&self.inner, thread_id).await
+    }
+
+    /// Deletes the rows of at most `limit` expired threads (expired threads are invisible
+    /// already) and returns how many threads it deleted. Each call is one short
+    /// transaction; call it until it returns less than `limit`, or let
+    /// [`spawn_sweeper`](Self::spawn_sweeper) do it.
+    pub async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        admin::sweep_expired(&self.inner, limit).await
+    }
+
+    /// Sweeps expired threads in the background, `batch` at a time, every `every`, until the
+    /// returned handle is aborted or the runtime stops. Errors are retried at the next tick.
+    pub fn spawn_sweeper(&self, every: Duration, batch: usize) -> tokio::task::JoinHandle<()> {
+        let saver = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                while let Ok(n) = saver.sweep_expired(batch).await {
+                    if n < batch {
+                        break;
+                    }
+                }
+            }
+        })
+    }
+}
+
+#[async_trait]
+impl Saver for SqliteSaver {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
+        read::get_tuple(&self.inner, config).await
+    }
+
+    fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
+        read::list(Arc::clone(&self.inner), options)
+    }
+
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        options: PutOptions,
+    ) -> Result<CheckpointConfig> {
+        write::put(
+            &self.inner,
+            config,
+            checkpoint,
+            metadata,
+            new_versions,
+            options,
+        )
+        .await
+    }
+
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(String, TypedValue)>,
+        task_id: &str,
+        options: PutWritesOptions,
+    ) -> Result<()> {
+        write::put_writes(&self.inner, config, writes, task_id, options).await
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<()> {
+        admin::delete_thread(&self.inner, thread_id).await
+    }
+
+    async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
+        admin::copy_thread(&self.inner, source, target).await
+    }
+
+    async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
+        admin::prune(&self.inner, thread_ids, strategy).await
+    }
+
+    async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
+        admin::delete_for_runs(&self.inner, run_ids).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        thread_id: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        coord::acquire_lease(&self.inner, thread_id, holder, ttl).await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        coord::renew_lease(&self.inner, lease, ttl).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        coord::release_lease(&self.inner, lease).await
+    }
+
+    async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
+        coord::claim(&self.inner, key, ttl).await
+    }
+
+    async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()> {
+        coord::complete_claim(&self.inner, key, token, outcome).await
+    }
+
+    async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
+        coord::abandon_claim(&self.inner, key, token).await
+    }
+}
