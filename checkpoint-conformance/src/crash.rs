@@ -282,7 +282,10 @@ impl CrashTest {
                 .map_err(|e| format!("after kill {kill} (seed {seed}): {e}"))?;
             checked = (puts.len(), writes.len());
         }
-        if puts.len() < self.kills {
+        // A child that never gets to write makes the test vacuous. A busy machine may kill
+        // many runs before their first put (the kill window starts when the child is
+        // connected), so the bar is one acknowledged put per four runs.
+        if puts.len() * 4 < self.kills {
             return Err(format!(
                 "the child made too little progress: {} puts in {} runs",
                 puts.len(),
