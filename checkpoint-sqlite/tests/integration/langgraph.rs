@@ -283,6 +283,8 @@ fn python() -> Option<String> {
 fn run_python(py: &str, args: &[&str]) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/interop/langgraph_sqlite.py");
     let out = Command::new(py)
+        // Python sets iterate in hash order; a fixed seed makes their encoding repeatable.
+        .env("PYTHONHASHSEED", "0")
         .arg(script)
         .args(args)
         .output()
