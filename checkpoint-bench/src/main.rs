@@ -37,6 +37,10 @@ struct Cli {
     /// Concurrent W4 workers sharing one saver.
     #[arg(long, default_value_t = 8)]
     workers: usize,
+    /// The delta variant (docs/workload.md §9): `messages` is a delta channel, snapshotted
+    /// every 100 updates; W2 also times `delta_channel_history` of the latest checkpoint.
+    #[arg(long)]
+    delta: bool,
     /// Also write the JSON report to this file (parent directories are created).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -52,6 +56,7 @@ async fn main() -> ExitCode {
         reps: cli.reps,
         w4_threads: cli.w4_threads,
         workers: cli.workers,
+        delta: cli.delta,
         ..Params::default()
     };
     if params.reps < 3 {

@@ -51,6 +51,21 @@ impl Message {
     }
 }
 
+/// Delta variant: a checkpoint stores a snapshot of `messages` every this many updates
+/// (LangGraph's default `snapshot_frequency`).
+pub const SNAPSHOT_EVERY: usize = 100;
+
+/// One element of the delta variant's `messages` value: the first message, or a later
+/// step's `messages` write (a string), each encoded as it is stored elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum DeltaEntry<'a> {
+    /// `m_0`.
+    Message(Message),
+    /// `wmsg_k`.
+    Write(&'a str),
+}
+
 /// A version in the spec's form `"%032d.%016d" % (counter, suffix)`.
 pub fn version(counter: u64, suffix: u64) -> ChannelVersion {
     ChannelVersion::Str(format!("{counter:032}.{suffix:016}"))
@@ -81,6 +96,8 @@ pub struct StepPayload {
     pub wmsg_value: TypedValue,
     /// `wscr_n` as msgpack.
     pub wscr_value: TypedValue,
+    /// Delta variant: the snapshot of `messages` this step's checkpoint stores, if any.
+    pub delta_snapshot: Option<TypedValue>,
 }
 
 /// Everything one thread writes, generated before timing starts.
@@ -98,6 +115,8 @@ pub struct ThreadPayload {
     pub big_doc_version: ChannelVersion,
     /// One entry per step `0 .. S-1`.
     pub steps: Vec<StepPayload>,
+    /// Whether `messages` is a delta channel (the `--delta` variant, docs/workload.md §9).
+    pub delta: bool,
 }
 
 impl ThreadPayload {
@@ -126,6 +145,7 @@ impl ThreadPayload {
                 scratch_value: TypedValue::msgpack(&scratch)?,
                 wmsg_value: TypedValue::msgpack(&wmsg)?,
                 wscr_value: TypedValue::msgpack(&wscr)?,
+                delta_snapshot: None,
                 msg_content,
                 scratch,
                 wmsg,
@@ -143,7 +163,52 @@ impl ThreadPayload {
             // With zero steps the document is never written; its version is never used.
             big_doc_version: big_doc_version.unwrap_or_else(|| version(1, 0)),
             steps: out,
+            delta: false,
         })
+    }
+
+    /// The same thread with `messages` as a delta channel (docs/workload.md §9).
+    pub fn with_delta(mut self, delta: bool) -> Result<Self> {
+        self.delta = delta;
+        let snapshots = (0..self.steps.len())
+            .map(|n| {
+                if delta {
+                    self.delta_snapshot(n)
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (step, snapshot) in self.steps.iter_mut().zip(snapshots) {
+            step.delta_snapshot = snapshot;
+        }
+        Ok(self)
+    }
+
+    /// Delta variant: the logical `messages` value at step `n`, `[m_0, wmsg_0, ...,
+    /// wmsg_{n-1}]` (the first message, then each earlier step's `messages` write).
+    pub fn delta_list(&self, n: usize) -> Vec<DeltaEntry<'_>> {
+        std::iter::once(DeltaEntry::Message(Message::new(
+            0,
+            &self.steps[0].msg_content,
+        )))
+        .chain(self.steps[..n].iter().map(|s| DeltaEntry::Write(&s.wmsg)))
+        .collect()
+    }
+
+    /// Delta variant: whether the checkpoint of step `n` stores a snapshot of `messages`
+    /// (the first step and every [`SNAPSHOT_EVERY`]th update after it).
+    pub fn is_snapshot_step(n: usize) -> bool {
+        n.is_multiple_of(SNAPSHOT_EVERY)
+    }
+
+    /// Delta variant: the snapshot the checkpoint of step `n` stores, if it stores one.
+    pub fn delta_snapshot(&self, n: usize) -> Result<Option<TypedValue>> {
+        if !Self::is_snapshot_step(n) {
+            return Ok(None);
+        }
+        let list = TypedValue::msgpack(&self.delta_list(n))?;
+        checkpoint_core::delta::snapshot(&list).map(Some)
     }
 
     /// The expected `messages` list at step `n`.
@@ -175,11 +240,18 @@ impl ThreadPayload {
     /// The checkpoint of step `n`, with the given id and timestamp.
     pub fn checkpoint(&self, n: usize, id: String, ts: String) -> Checkpoint {
         let s = &self.steps[n];
-        let channel_values = BTreeMap::from([
-            (MESSAGES.to_owned(), s.messages_value.clone()),
+        let mut channel_values = BTreeMap::from([
             (SCRATCH.to_owned(), s.scratch_value.clone()),
             (BIG_DOC.to_owned(), self.big_doc_value.clone()),
         ]);
+        let messages = if self.delta {
+            self.steps[n].delta_snapshot.clone()
+        } else {
+            Some(s.messages_value.clone())
+        };
+        if let Some(m) = messages {
+            channel_values.insert(MESSAGES.to_owned(), m);
+        }
         let versions_seen = if n == 0 {
             BTreeMap::new()
         } else {
@@ -209,8 +281,17 @@ impl ThreadPayload {
     }
 
     /// `{"source": "loop", "step": n, "parents": {}}`.
-    pub fn metadata(n: usize) -> CheckpointMetadata {
-        CheckpointMetadata::for_step(Source::Loop, n as i64)
+    pub fn metadata(&self, n: usize) -> CheckpointMetadata {
+        let metadata = CheckpointMetadata::for_step(Source::Loop, n as i64);
+        let since = n % SNAPSHOT_EVERY;
+        if self.delta && since > 0 {
+            metadata.with(
+                checkpoint_core::delta::DELTA_COUNTERS,
+                serde_json::json!({ MESSAGES: [since, since] }),
+            )
+        } else {
+            metadata
+        }
     }
 
     /// The config of the put at step `n`: this thread, namespace `""`, and the parent's id.
@@ -243,9 +324,18 @@ pub struct Payloads {
 
 impl Payloads {
     /// Generates every payload of a run.
-    pub fn generate(seed: u64, threads: usize, w4_threads: usize, steps: usize) -> Result<Self> {
+    pub fn generate(
+        seed: u64,
+        threads: usize,
+        w4_threads: usize,
+        steps: usize,
+        delta: bool,
+    ) -> Result<Self> {
         let w1 = (0..threads)
-            .map(|i| ThreadPayload::generate(seed, i as u64, format!("thread-{i:05}"), steps))
+            .map(|i| {
+                ThreadPayload::generate(seed, i as u64, format!("thread-{i:05}"), steps)?
+                    .with_delta(delta)
+            })
             .collect::<Result<_>>()?;
         let w4 = (0..w4_threads)
             .map(|j| {
@@ -254,7 +344,8 @@ impl Payloads {
                     1_000_000 + j as u64,
                     format!("w4thread-{j:05}"),
                     steps,
-                )
+                )?
+                .with_delta(delta)
             })
             .collect::<Result<_>>()?;
         Ok(Self { w1, w4 })
@@ -313,9 +404,47 @@ mod tests {
             ["messages", "scratch"]
         );
         assert_eq!(
-            serde_json::to_string(&ThreadPayload::metadata(1)).unwrap(),
+            serde_json::to_string(&p.metadata(1)).unwrap(),
             r#"{"source":"loop","step":1,"parents":{}}"#
         );
         assert_eq!(p.config(Some("a")).checkpoint_id.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn delta_variant_stores_snapshots_and_counters() {
+        let p = ThreadPayload::generate(42, 3, "thread-00003".into(), 201)
+            .unwrap()
+            .with_delta(true)
+            .unwrap();
+        // Step 0: a snapshot of [m_0], no counters.
+        let c0 = p.checkpoint(0, "a".into(), "t".into());
+        let inner = checkpoint_core::delta::snapshot_inner(&c0.channel_values[MESSAGES]).unwrap();
+        let m0: Vec<Message> = inner.decode().unwrap();
+        assert_eq!(m0, p.messages(0));
+        assert_eq!(p.metadata(0), CheckpointMetadata::for_step(Source::Loop, 0));
+        // Step 1: the version moves, no value, one update since the snapshot.
+        let c1 = p.checkpoint(1, "b".into(), "t".into());
+        assert!(!c1.channel_values.contains_key(MESSAGES));
+        assert!(p.new_versions(1).contains_key(MESSAGES));
+        assert_eq!(
+            serde_json::to_string(&p.metadata(1)).unwrap(),
+            r#"{"source":"loop","step":1,"parents":{},"counters_since_delta_snapshot":{"messages":[1,1]}}"#
+        );
+        // Step 200: the second snapshot after step 0; counters reset.
+        let c200 = p.checkpoint(200, "c".into(), "t".into());
+        let inner = checkpoint_core::delta::snapshot_inner(&c200.channel_values[MESSAGES]);
+        let list: Vec<serde_json::Value> = inner.unwrap().decode().unwrap();
+        assert_eq!(list.len(), 201);
+        assert_eq!(list[0]["id"], "msg-0000");
+        assert_eq!(list[200], serde_json::json!(p.steps[199].wmsg));
+        assert!(
+            p.metadata(200)
+                .get("counters_since_delta_snapshot")
+                .is_none()
+        );
+        assert_eq!(
+            p.metadata(150).get("counters_since_delta_snapshot"),
+            Some(&serde_json::json!({"messages": [50, 50]}))
+        );
     }
 }

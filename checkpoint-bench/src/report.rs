@@ -120,6 +120,63 @@ pub struct Figures {
     /// Workload figure name → its ratio to its floor (`null` when there is no floor for it).
     /// Every name of [`WORKLOAD_FIGURES`] is present.
     pub ratios: BTreeMap<String, Option<Ratio>>,
+    /// The delta variant's figures (docs/workload.md §9); absent from plain runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<DeltaFigures>,
+}
+
+/// What the delta variant adds (docs/workload.md §9).
+#[derive(Clone, Debug, Serialize)]
+pub struct DeltaFigures {
+    /// `delta_channel_history(latest, ["messages"])`, once per W1 thread in W2.
+    pub history_latest: OpStats,
+    /// `history_latest` p50 ÷ `get_tuple_latest` p50 of the same repetition.
+    pub history_over_get_latest: Option<f64>,
+    /// The append-only floor of WORKLOAD.md §7 for these parameters:
+    /// `T × (65536 + S × (480 + 1024 + 2 × 1024))` bytes (6.83 MB at T=50, S=20).
+    pub append_only_floor_bytes: u64,
+    /// `bytes_stored_after_w1 ÷ append_only_floor_bytes`.
+    pub bytes_over_append_only_floor: Option<f64>,
+}
+
+impl DeltaFigures {
+    /// The figures of one repetition.
+    pub fn new(
+        history_latest: OpStats,
+        get_latest: &OpStats,
+        bytes_stored: Option<u64>,
+        params: &Params,
+    ) -> Self {
+        use crate::payload::{BIG_DOC_LEN, MSG_CONTENT_LEN, SCRATCH_LEN};
+        let per_step = MSG_CONTENT_LEN + SCRATCH_LEN + 2 * SCRATCH_LEN;
+        let floor = (params.threads * (BIG_DOC_LEN + params.steps * per_step)) as u64;
+        let history_over_get_latest = match (history_latest.p50_ms, get_latest.p50_ms) {
+            (Some(h), Some(g)) if g > 0.0 => Some(h / g),
+            _ => None,
+        };
+        Self {
+            history_latest,
+            history_over_get_latest,
+            append_only_floor_bytes: floor,
+            bytes_over_append_only_floor: bytes_stored
+                .filter(|_| floor > 0)
+                .map(|b| b as f64 / floor as f64),
+        }
+    }
+
+    fn median_of(all: &[&DeltaFigures]) -> Option<DeltaFigures> {
+        let first = all.first()?;
+        Some(DeltaFigures {
+            history_latest: OpStats::median_of(
+                &all.iter().map(|d| &d.history_latest).collect::<Vec<_>>(),
+            ),
+            history_over_get_latest: median(all.iter().filter_map(|d| d.history_over_get_latest)),
+            append_only_floor_bytes: first.append_only_floor_bytes,
+            bytes_over_append_only_floor: median(
+                all.iter().filter_map(|d| d.bytes_over_append_only_floor),
+            ),
+        })
+    }
 }
 
 /// Per-operation figures (WORKLOAD.md §6).
@@ -374,6 +431,11 @@ impl Figures {
             },
             floors,
             ratios,
+            delta: DeltaFigures::median_of(
+                &all.iter()
+                    .filter_map(|f| f.delta.as_ref())
+                    .collect::<Vec<_>>(),
+            ),
         })
     }
 }
@@ -430,6 +492,7 @@ mod tests {
             },
             floors: None,
             ratios: BTreeMap::new(),
+            delta: None,
         };
         f.set_floors(None, &BTreeMap::new());
         f

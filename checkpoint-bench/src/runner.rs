@@ -10,8 +10,8 @@ use checkpoint_core::{Error, now_iso8601};
 use crate::backend::Backend;
 use crate::payload::Payloads;
 use crate::report::{
-    Figures, FloorSample, Host, Operations, RssFigures, RunReport, SCHEMA, W1Figures, W3Figures,
-    W4Figures,
+    DeltaFigures, Figures, FloorSample, Host, Operations, RssFigures, RunReport, SCHEMA, W1Figures,
+    W3Figures, W4Figures,
 };
 use crate::rss;
 use crate::stats::{median, round3};
@@ -28,7 +28,13 @@ pub async fn run(backend: &dyn Backend, params: &Params) -> RunReport {
         Err(e) => errors.push(e),
         Ok(()) => {
             let t0 = Instant::now();
-            match Payloads::generate(params.seed, params.threads, params.w4_threads, params.steps) {
+            match Payloads::generate(
+                params.seed,
+                params.threads,
+                params.w4_threads,
+                params.steps,
+                params.delta,
+            ) {
                 Err(e) => errors.push(format!("payload generation: {e}")),
                 Ok(payloads) => {
                     eprintln!(
@@ -70,7 +76,11 @@ pub async fn run(backend: &dyn Backend, params: &Params) -> RunReport {
     let all: Vec<&Figures> = repetitions.iter().map(|r| &r.figures).collect();
     RunReport {
         schema: SCHEMA,
-        workload: "WORKLOAD.md W1-W4",
+        workload: if params.delta {
+            "WORKLOAD.md W1-W4, delta messages (docs/workload.md §9)"
+        } else {
+            "WORKLOAD.md W1-W4"
+        },
         backend: backend.name().to_owned(),
         started_at,
         finished_at: now_iso8601(),
@@ -129,6 +139,16 @@ fn progress(backend: &str, params: &Params, f: &Figures, rep: usize) {
         f.w4.steps_per_s.unwrap_or(0.0),
         f.bytes_stored_after_w1,
     );
+    if let Some(d) = &f.delta {
+        eprintln!(
+            "[{backend}] rep {rep}/{}: delta history latest p50 {} ms ({:.2}x get latest), \
+             bytes {:.3}x the append-only floor",
+            params.reps,
+            ms(d.history_latest.p50_ms),
+            d.history_over_get_latest.unwrap_or(0.0),
+            d.bytes_over_append_only_floor.unwrap_or(0.0),
+        );
+    }
 }
 
 /// Floor samples of one repetition.
@@ -267,6 +287,14 @@ async fn repetition(
         },
         floors: None,
         ratios: BTreeMap::new(),
+        delta: params.delta.then(|| {
+            DeltaFigures::new(
+                w2.delta_history.stats(),
+                &w2.latest.stats(),
+                bytes_stored_after_w1,
+                params,
+            )
+        }),
     };
     figures.set_floors(floors.medians(), &floors.basis);
     Ok(crate::report::Repetition {

@@ -1,6 +1,8 @@
 //! Validation of what the workload reads back (WORKLOAD.md §5 W2, §6 "validation").
 
-use checkpoint_core::{CheckpointTuple, TypedValue};
+use std::collections::BTreeMap;
+
+use checkpoint_core::{CheckpointTuple, DeltaChannelHistory, TypedValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -112,7 +114,7 @@ impl Validation {
         self.check(t.metadata.step() == Some(n as i64), || {
             format!("{}: metadata.step is {:?}", at(), t.metadata.get("step"))
         });
-        self.check(t.metadata == ThreadPayload::metadata(n), || {
+        self.check(t.metadata == payload.metadata(n), || {
             format!("{}: metadata is {:?}", at(), t.metadata)
         });
         self.check(
@@ -120,7 +122,18 @@ impl Validation {
             || format!("{}: channel_versions differ", at()),
         );
         let values = &t.checkpoint.channel_values;
-        if let Some(messages) = self.decode::<Vec<Message>>(&at(), MESSAGES, values.get(MESSAGES))
+        if payload.delta {
+            let expected = payload.steps[n].delta_snapshot.as_ref();
+            self.check(values.get(MESSAGES) == expected, || {
+                format!(
+                    "{}: messages snapshot is {}, expected {}",
+                    at(),
+                    present(values.get(MESSAGES)),
+                    present(expected)
+                )
+            });
+        } else if let Some(messages) =
+            self.decode::<Vec<Message>>(&at(), MESSAGES, values.get(MESSAGES))
             && self.check(messages.len() == n + 1, || {
                 format!("{}: {} messages, expected {}", at(), messages.len(), n + 1)
             })
@@ -171,6 +184,56 @@ impl Validation {
         }
     }
 
+    /// Checks what `delta_channel_history(checkpoint of step n, ["messages"])` returned: the
+    /// snapshot of the nearest snapshot step `k ≤ n - 1` (or none at step 0) as the seed,
+    /// then the `messages` writes of steps `k .. n-1`, oldest first.
+    pub fn delta_history(
+        &mut self,
+        what: &str,
+        got: &BTreeMap<String, DeltaChannelHistory>,
+        payload: &ThreadPayload,
+        n: usize,
+    ) {
+        let at = || format!("{what} {} step {n}", payload.thread_id);
+        self.check(got.len() == 1, || {
+            format!("{}: {} channels, expected 1", at(), got.len())
+        });
+        let Some(h) = got.get(MESSAGES) else {
+            self.fail(format!("{}: no history for messages", at()));
+            return;
+        };
+        let seed_step = (0..n).rev().find(|&k| ThreadPayload::is_snapshot_step(k));
+        let expected_seed = seed_step.and_then(|k| payload.steps[k].delta_snapshot.as_ref());
+        self.check(h.seed.as_ref() == expected_seed, || {
+            format!(
+                "{}: seed is {}, expected {}",
+                at(),
+                present(h.seed.as_ref()),
+                present(expected_seed)
+            )
+        });
+        let from = seed_step.unwrap_or(n);
+        let expected = &payload.steps[from..n];
+        if self.check(h.writes.len() == expected.len(), || {
+            format!(
+                "{}: {} writes, expected {}",
+                at(),
+                h.writes.len(),
+                expected.len()
+            )
+        }) {
+            for (k, (w, step)) in h.writes.iter().zip(expected).enumerate() {
+                self.check(
+                    w.task_id == step.task_id
+                        && w.channel == MESSAGES
+                        && w.idx == 0
+                        && w.value == step.wmsg_value,
+                    || format!("{}: write {k} differs from step {}'s", at(), from + k),
+                );
+            }
+        }
+    }
+
     fn decode<T: DeserializeOwned>(
         &mut self,
         at: &str,
@@ -189,6 +252,11 @@ impl Validation {
             }
         }
     }
+}
+
+/// `present` or `absent`, for messages about optional values.
+fn present(v: Option<&TypedValue>) -> &'static str {
+    if v.is_some() { "present" } else { "absent" }
 }
 
 #[cfg(test)]
@@ -227,5 +295,46 @@ mod tests {
         v.tuple("test", &latest, &p, 1, &ids);
         assert!(!v.valid);
         assert!(v.error_count >= 3, "{:?}", v.errors);
+    }
+
+    #[tokio::test]
+    async fn delta_variant_tuples_and_history() {
+        let saver = InMemorySaver::new();
+        let p = ThreadPayload::generate(42, 0, "thread-00000".into(), 4)
+            .unwrap()
+            .with_delta(true)
+            .unwrap();
+        let mut ids: Vec<String> = Vec::new();
+        let (mut a, mut b) = (Latencies::new(), Latencies::new());
+        let mut v = Validation::new();
+        for n in 0..4 {
+            let id = run_step(
+                &saver,
+                &p,
+                n,
+                ids.last().map(String::as_str),
+                &mut a,
+                &mut b,
+                &mut v,
+            )
+            .await
+            .unwrap();
+            ids.push(id);
+        }
+        let latest = saver.get_tuple(&p.config(None)).await.unwrap().unwrap();
+        v.tuple("test", &latest, &p, 3, &ids);
+        let first = saver.get_tuple(&p.config(Some(&ids[0]))).await.unwrap();
+        v.tuple("test", &first.unwrap(), &p, 0, &ids);
+        let channels = [MESSAGES.to_owned()];
+        let history = saver
+            .delta_channel_history(&p.config(None), &channels)
+            .await
+            .unwrap();
+        v.delta_history("test", &history, &p, 3);
+        assert!(v.valid, "{:?}", v.errors);
+        assert_eq!(history[MESSAGES].writes.len(), 3);
+        // The history of step 3 is not that of step 2.
+        v.delta_history("test", &history, &p, 2);
+        assert!(!v.valid);
     }
 }

@@ -10,7 +10,7 @@ use checkpoint_core::{new_checkpoint_id, now_iso8601};
 use futures::TryStreamExt;
 use serde::Serialize;
 
-use crate::payload::{Payloads, ThreadPayload};
+use crate::payload::{MESSAGES, Payloads, ThreadPayload};
 use crate::stats::Latencies;
 use crate::validate::Validation;
 
@@ -35,6 +35,9 @@ pub struct Params {
     pub filtered_list_calls: usize,
     /// W3 step 3 filter's `step` (fixed: 5).
     pub filtered_step: usize,
+    /// The delta variant (docs/workload.md §9): `messages` is a delta channel, and W2 also
+    /// times `delta_channel_history` of the latest checkpoint.
+    pub delta: bool,
 }
 
 impl Default for Params {
@@ -49,6 +52,7 @@ impl Default for Params {
             list_limit: 10,
             filtered_list_calls: 5,
             filtered_step: 5,
+            delta: false,
         }
     }
 }
@@ -110,7 +114,7 @@ pub async fn run_step(
     let config = payload.config(parent);
     let id = new_checkpoint_id();
     let checkpoint = payload.checkpoint(n, id.clone(), now_iso8601());
-    let metadata = ThreadPayload::metadata(n);
+    let metadata = payload.metadata(n);
     let new_versions = payload.new_versions(n);
 
     let t0 = Instant::now();
@@ -199,6 +203,8 @@ pub struct W2Result {
     pub latest: Latencies,
     /// `get_tuple` of the checkpoint of step `S//2`.
     pub by_id: Latencies,
+    /// Delta variant: `delta_channel_history(latest, ["messages"])`.
+    pub delta_history: Latencies,
 }
 
 /// W2 "resume read": per W1 thread, `get_tuple` latest then by id of step `S//2`.
@@ -211,6 +217,7 @@ pub async fn w2(
 ) -> Result<W2Result, BenchError> {
     let mut latest = Latencies::new();
     let mut by_id = Latencies::new();
+    let mut delta_history = Latencies::new();
     let last = params.steps - 1;
     let mid = params.steps / 2;
     for (p, ids) in payloads.w1.iter().zip(ids) {
@@ -234,8 +241,22 @@ pub async fn w2(
         by_id.push(t0.elapsed());
         let got = got.context(|| format!("W2 get_tuple by id {}", p.thread_id))?;
         expect_tuple(validation, "W2 get_tuple by id", got.as_ref(), p, mid, ids);
+
+        if params.delta {
+            let config = p.config(None);
+            let channels = [MESSAGES.to_owned()];
+            let t0 = Instant::now();
+            let got = saver.delta_channel_history(&config, &channels).await;
+            delta_history.push(t0.elapsed());
+            let got = got.context(|| format!("W2 delta_channel_history {}", p.thread_id))?;
+            validation.delta_history("W2 delta_channel_history", &got, p, last);
+        }
     }
-    Ok(W2Result { latest, by_id })
+    Ok(W2Result {
+        latest,
+        by_id,
+        delta_history,
+    })
 }
 
 fn expect_tuple(

@@ -61,6 +61,39 @@ async fn memory_run_is_valid_and_complete() {
     assert!(json["repetitions"][0]["operations"]["put"]["p99_ms"].is_number());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_delta_run_is_valid_and_stores_less() {
+    let plain = run(&MemoryBackend::new(), &small()).await;
+    let params = Params {
+        delta: true,
+        ..small()
+    };
+    let report = run(&MemoryBackend::new(), &params).await;
+    assert!(report.valid, "{:?}", report.errors);
+    assert!(report.workload.contains("delta"));
+    let s = report.summary.as_ref().unwrap();
+    let d = s.delta.as_ref().unwrap();
+    assert_eq!(d.history_latest.calls, 3);
+    assert!(d.history_over_get_latest.unwrap() > 0.0);
+    // 3 × (65536 + 7 × 3552)
+    assert_eq!(d.append_only_floor_bytes, 271_200);
+    let (delta_bytes, plain_bytes) = (
+        s.bytes_stored_after_w1.unwrap(),
+        plain
+            .summary
+            .as_ref()
+            .unwrap()
+            .bytes_stored_after_w1
+            .unwrap(),
+    );
+    assert!(delta_bytes < plain_bytes, "{delta_bytes} vs {plain_bytes}");
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["summary"]["delta"]["history_latest"]["p50_ms"].is_number());
+    assert_eq!(json["parameters"]["delta"], true);
+    let json = serde_json::to_value(&plain).unwrap();
+    assert!(json["summary"].get("delta").is_none());
+}
+
 /// A saver that loses pending writes: the run must be invalid.
 #[derive(Debug, Default)]
 struct LosesWrites(InMemorySaver);

@@ -3,6 +3,7 @@
 pub mod backend;
 mod checkpoint;
 mod config;
+pub mod delta;
 mod error;
 mod id;
 mod lease;
@@ -18,6 +19,7 @@ pub mod writes;
 
 pub use checkpoint::{CHECKPOINT_FORMAT_VERSION, Checkpoint, now_iso8601};
 pub use config::{CheckpointConfig, NS_END, NS_SEP, child_namespace, namespace_levels};
+pub use delta::DeltaChannelHistory;
 pub use error::{BoxError, Error, Result};
 pub use id::{checkpoint_id_unix_millis, new_checkpoint_id};
 pub use lease::{Claim, Lease};

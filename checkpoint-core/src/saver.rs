@@ -6,6 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::{BoxStream, TryStreamExt};
 
+use std::collections::BTreeMap;
+
+use crate::delta::{self, DeltaChannelHistory};
 use crate::{
     Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
@@ -83,6 +86,35 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     ///   filter nothing matches, yields an empty stream. Errors are yielded as stream items.
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>>;
 
+    /// What a runtime needs to rebuild delta channels at a checkpoint (LangGraph's
+    /// `get_delta_channel_history`; see [`delta`](crate::delta)).
+    ///
+    /// # Behavior
+    /// * The target is the checkpoint `config` addresses (without `checkpoint_id`: the latest
+    ///   of the thread and namespace). The walk starts at its parent and follows parent links
+    ///   within the thread and namespace, so on a forked thread only the target's own
+    ///   ancestors count, never a sibling branch.
+    /// * For each channel of `channels` it ends at the first ancestor that stores a value
+    ///   for it (the channel is in that checkpoint's `channel_values` as `get_tuple` returns
+    ///   it); that value is the `seed`. Without such an ancestor the walk reaches the root
+    ///   and `seed` is `None`.
+    /// * `writes`: the channel's pending writes recorded against the ancestors walked, the
+    ///   seed's checkpoint included (its writes produced its child) and the target excluded
+    ///   (its writes belong to the next step), oldest checkpoint first, each checkpoint's
+    ///   writes in `(task_path, task_id, idx)` order.
+    /// * The result has an entry for every channel named (an unknown target: empty writes,
+    ///   no seed); no channel named, an empty map. An empty `thread_id` is
+    ///   [`Error::InvalidInput`].
+    /// * The default implementation is [`delta::walk`] (one `get_tuple` per ancestor);
+    ///   backends answer in a number of round trips that does not grow with the depth.
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+        delta::walk(self, config, channels).await
+    }
+
     /// Stores a checkpoint and returns its address.
     ///
     /// # Behavior
@@ -157,14 +189,18 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     /// Deletes old checkpoints of each thread, per namespace, according to `strategy`, with
     /// the pending writes of deleted checkpoints (and, in a namespace where anything was
     /// deleted, writes recorded for checkpoints that do not exist) and the values no
-    /// remaining checkpoint names. Kept checkpoints load exactly as before. Unknown threads and an empty list are
-    /// no-ops. Optional ([`Capabilities::prune`]).
+    /// remaining checkpoint names. Kept checkpoints load exactly as before, and so does the
+    /// [delta history](Saver::delta_channel_history) of their delta channels: the ancestors
+    /// a kept checkpoint needs for them (see [`delta::needed_ancestors`]) are kept as well,
+    /// whole. Unknown threads and an empty list are no-ops. Optional
+    /// ([`Capabilities::prune`]).
     async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()>;
 
     /// Deletes every checkpoint whose metadata `run_id` is one of `run_ids`, in every thread
     /// and namespace, with its pending writes (and, in a namespace where anything was
     /// deleted, writes recorded for checkpoints that do not exist) and the values no
-    /// remaining checkpoint names.
+    /// remaining checkpoint names; except the checkpoints a remaining checkpoint needs for
+    /// its delta channels (see [`delta::needed_ancestors`]), which stay whole.
     /// An empty list is a no-op. Optional ([`Capabilities::delete_for_runs`]).
     async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()>;
 
@@ -271,6 +307,13 @@ macro_rules! forward_saver {
             }
             fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
                 (**self).list(options)
+            }
+            async fn delta_channel_history(
+                &self,
+                config: &CheckpointConfig,
+                channels: &[String],
+            ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+                (**self).delta_channel_history(config, channels).await
             }
             async fn put(
                 &self,

@@ -1,6 +1,7 @@
 //! [`Tracing`]: one `tracing` span per [`Saver`] call.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use tower_layer::Layer;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use crate::delta::DeltaChannelHistory;
 use crate::{
     Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, Error, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
@@ -224,6 +226,19 @@ impl<S: Saver> Saver for Tracing<S> {
             done: false,
         }
         .boxed()
+    }
+
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+        let span = self.span(
+            "delta_channel_history",
+            Some(&config.thread_id),
+            Some(&config.checkpoint_ns),
+        );
+        traced(span, self.inner.delta_channel_history(config, channels)).await
     }
 
     async fn put(

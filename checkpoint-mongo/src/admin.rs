@@ -6,14 +6,14 @@
 //! the other way round: a reader never sees a checkpoint whose values are missing, and an
 //! interrupted call can simply be repeated.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
 use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 use mongodb::{ClientSession, Collection};
 
-use checkpoint_core::{Error, PruneStrategy, Result};
+use checkpoint_core::{Error, PruneStrategy, Result, delta};
 
 use crate::chunk;
 use crate::codec::{self, WriteEntry};
@@ -128,9 +128,11 @@ async fn delete_thread_docs(
     Ok(())
 }
 
-/// Deletes checkpoints `doomed` of one namespace, then the pending writes of every id not in
-/// `remaining` (writes recorded for checkpoints that were never put go too, as in the
-/// reference), the values no remaining checkpoint names, and the chunks of both.
+/// Deletes checkpoints `doomed` of one namespace, except those a checkpoint that stays needs
+/// for its delta channels (see `checkpoint_core::delta::needed_ancestors`), then the
+/// pending writes of every id that does not remain (writes recorded for checkpoints that
+/// were never put go too, as in the reference), the values no remaining checkpoint names,
+/// and the chunks of both.
 async fn collect_namespace(
     inner: &Inner,
     thread_id: &str,
@@ -138,6 +140,42 @@ async fn collect_namespace(
     doomed: &[String],
     mut session: Option<&mut ClientSession>,
 ) -> Result<(), MongoError> {
+    if doomed.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<codec::CheckpointRow> = find_docs(
+        &inner.checkpoints,
+        doc! { "t": thread_id, "n": ns },
+        doc! { "mk": 0, "x": 0 },
+        session.as_deref_mut(),
+    )
+    .await?
+    .into_iter()
+    .map(codec::checkpoint_row)
+    .collect::<Result<_, _>>()?;
+    let values = find_docs(
+        &inner.values,
+        doc! { "t": thread_id, "n": ns },
+        doc! { "ch": 1, "v": 1, "b": 1, "ty": 1 },
+        session.as_deref_mut(),
+    )
+    .await?;
+    let stored: BTreeSet<(String, String)> = values
+        .iter()
+        .filter(|v| v.contains_key("ty"))
+        .map(|v| {
+            (
+                v.get_str("ch").unwrap_or_default().to_owned(),
+                v.get_str("v").unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let doomed: BTreeSet<&str> = doomed.iter().map(String::as_str).collect();
+    let needed = needed_by_staying(&rows, &doomed, &stored);
+    let doomed: Vec<&str> = doomed
+        .into_iter()
+        .filter(|id| !needed.contains(*id))
+        .collect();
     if doomed.is_empty() {
         return Ok(());
     }
@@ -151,16 +189,10 @@ async fn collect_namespace(
         session.as_deref_mut(),
     )
     .await?;
-    let remaining: Vec<codec::CheckpointRow> = find_docs(
-        &inner.checkpoints,
-        doc! { "t": thread_id, "n": ns },
-        doc! { "mk": 0, "x": 0 },
-        session.as_deref_mut(),
-    )
-    .await?
-    .into_iter()
-    .map(codec::checkpoint_row)
-    .collect::<Result<_, _>>()?;
+    let remaining: Vec<codec::CheckpointRow> = rows
+        .into_iter()
+        .filter(|r| !doomed.contains(&r.id.as_str()))
+        .collect();
     let remaining_ids: BTreeSet<&str> = remaining.iter().map(|r| r.id.as_str()).collect();
     let live = read::live_values(&remaining);
     let mut blobs: Vec<ObjectId> = Vec::new();
@@ -189,13 +221,6 @@ async fn collect_namespace(
         .await?;
     }
 
-    let values = find_docs(
-        &inner.values,
-        doc! { "t": thread_id, "n": ns },
-        doc! { "ch": 1, "v": 1, "b": 1 },
-        session.as_deref_mut(),
-    )
-    .await?;
     let mut dead_values = Vec::new();
     for v in values {
         let key = (
@@ -218,6 +243,42 @@ async fn collect_namespace(
         .await?;
     }
     chunk::delete_chunks(inner, thread_id, blobs, session).await
+}
+
+/// The checkpoints of `rows` (one namespace) that those not in `doomed` need for their delta
+/// channels; `stored` holds the `(channel, version key)` pairs that are stored values.
+fn needed_by_staying(
+    rows: &[codec::CheckpointRow],
+    doomed: &BTreeSet<&str>,
+    stored: &BTreeSet<(String, String)>,
+) -> BTreeSet<String> {
+    let by_id: HashMap<&str, &codec::CheckpointRow> =
+        rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let stores = |id: &str, channel: &str| {
+        by_id
+            .get(id)
+            .and_then(|r| r.checkpoint.channel_versions.get(channel))
+            .is_some_and(|v| stored.contains(&(channel.to_owned(), keys::version_key(v))))
+    };
+    delta::needed_ancestors(
+        rows.iter()
+            .filter(|r| !doomed.contains(r.id.as_str()))
+            .map(|r| r.id.clone()),
+        |id| by_id.get(id).and_then(|r| r.parent.clone()),
+        |id| {
+            by_id
+                .get(id)
+                .map(|r| {
+                    delta::channels_needing_history(
+                        &r.metadata,
+                        &r.checkpoint.channel_versions,
+                        |c| stores(id, c),
+                    )
+                })
+                .unwrap_or_default()
+        },
+        stores,
+    )
 }
 
 fn entry_blobs(writes_doc: &Document) -> Vec<ObjectId> {

@@ -6,6 +6,7 @@ mod codec;
 mod config;
 mod coord;
 mod core;
+mod delta;
 mod error;
 mod keys;
 mod read;

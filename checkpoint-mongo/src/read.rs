@@ -10,14 +10,16 @@ use std::sync::Arc;
 use futures::stream::{BoxStream, TryStreamExt};
 use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 
-use checkpoint_core::backend::{Page, paged};
+use checkpoint_core::backend::{Page, legacy, paged};
+use checkpoint_core::writes::TASKS;
 use checkpoint_core::{
-    CheckpointConfig, CheckpointTuple, Error, ListOptions, PendingWrite, Result, TypedValue,
+    CheckpointConfig, CheckpointTuple, Error, ListOptions, PendingWrite, Result,
 };
 
 use crate::chunk;
 use crate::codec::{self, CheckpointRow, Stored, WritesRow};
 use crate::core::Inner;
+use crate::delta;
 use crate::error::MongoError;
 use crate::keys;
 
@@ -47,7 +49,9 @@ pub(crate) async fn get_tuple(
     };
     let mut tuples = async {
         let page = fetch_page(inner, head, 1, Some(thread_id)).await?;
-        load_tuples(inner, page).await
+        let mut tuples = load_tuples(inner, page).await?;
+        legacy_sends(inner, &mut tuples).await?;
+        Ok::<_, MongoError>(tuples)
     }
     .await
     .map_err(Error::from)?;
@@ -190,25 +194,7 @@ pub(crate) async fn load_tuples(
         }
     }
     let chunks = chunk::fetch_chunks(inner, &blobs).await?;
-    let resolve = |thread_id: &str, stored: &Stored| -> Result<Option<TypedValue>, MongoError> {
-        match stored {
-            Stored::Removed => Ok(None),
-            Stored::Inline(v) => Ok(Some(v.clone())),
-            Stored::Chunked {
-                type_tag,
-                len,
-                blob,
-                count,
-            } => {
-                let parts = chunks
-                    .get(&(thread_id.to_owned(), *blob))
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                chunk::join_chunks(type_tag.clone(), *len, *count, parts).map(Some)
-            }
-        }
-    };
-
+    let resolve = |thread_id: &str, stored: &Stored| delta::resolve(&chunks, thread_id, stored);
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let address = row.address();
@@ -356,8 +342,30 @@ async fn next_page(st: &mut ListState, page: usize) -> Result<Page, MongoError> 
         }
     }
     st.below = last.filter(|_| full);
-    let tuples = load_tuples(&st.inner, rows).await?;
+    let mut tuples = load_tuples(&st.inner, rows).await?;
+    legacy_sends(&st.inner, &mut tuples).await?;
     Ok(Page::new(tuples, st.below.is_none()))
+}
+
+/// Checkpoints of a LangGraph format before 4 read with their parent's sends (see
+/// `checkpoint_core::backend::legacy`): one query per such checkpoint, none otherwise.
+async fn legacy_sends(inner: &Inner, tuples: &mut [CheckpointTuple]) -> Result<(), MongoError> {
+    for tuple in tuples {
+        let Some(parent) = legacy::sends_parent(tuple).cloned() else {
+            continue;
+        };
+        let id = parent.checkpoint_id.clone().unwrap_or_default();
+        let tasks = BTreeSet::from([TASKS.to_owned()]);
+        let mut writes = delta::writes_of(
+            inner,
+            &parent.thread_id,
+            &parent.checkpoint_ns,
+            &[(id.clone(), tasks)],
+        )
+        .await?;
+        legacy::apply_parent_sends(tuple, &writes.remove(&id).unwrap_or_default());
+    }
+    Ok(())
 }
 
 /// Values named by the checkpoints of `rows`, as `(channel, version key)` pairs.

@@ -1,6 +1,7 @@
 //! [`MongoSaver`]: construction, `setup`, and the [`Saver`] implementation (which delegates to
 //! the read, write, maintenance and coordination modules).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,14 +13,14 @@ use mongodb::{Client, Database};
 
 use checkpoint_core::{
     Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
-    CheckpointTuple, Claim, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
-    Result, Saver, TypedValue, async_trait,
+    CheckpointTuple, Claim, DeltaChannelHistory, Lease, ListOptions, PruneStrategy, PutOptions,
+    PutWritesOptions, Result, Saver, TypedValue, async_trait,
 };
 
 use crate::config::{Atomicity, MongoConfig, TransactionMode};
 use crate::core::Inner;
 use crate::error::driver;
-use crate::{admin, coord, read, schema, write};
+use crate::{admin, coord, delta, read, schema, write};
 
 /// A [`Saver`] on MongoDB (see the crate documentation for the layout and guarantees).
 ///
@@ -161,6 +162,14 @@ impl Saver for MongoSaver {
 
     async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
         read::get_tuple(&self.inner, config).await
+    }
+
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+        delta::delta_channel_history(&self.inner, config, channels).await
     }
 
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {

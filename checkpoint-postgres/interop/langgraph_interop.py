@@ -11,6 +11,12 @@ Commands (all print one JSON document on stdout):
                                              LangGraph's saver, changing only channel "note"
   fixture  --url URL --schema S              write a thread and dump the raw table rows plus the
                                              expectations (the committed fixture.json)
+  delta-write --url URL --schema S --thread T  run a graph whose messages are a DeltaChannel
+                                             (parallel writers, snapshots, a fork) on
+                                             LangGraph's PostgresSaver; print the delta history
+                                             of every checkpoint of T
+  delta-read  --url URL --schema S --thread T  print the delta history LangGraph's saver gives
+                                             for every checkpoint of T (channels: --channels)
 
 Regenerate the committed fixture with:
   python langgraph_interop.py fixture --url postgres://postgres@127.0.0.1:5432/test \
@@ -24,11 +30,13 @@ import base64
 import json
 import sys
 from importlib.metadata import version
-from typing import Any, Optional
+from typing import Annotated, Any, Optional, TypedDict
 
 import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph.message import add_messages
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import interrupt
 
@@ -221,12 +229,99 @@ def fixture(url: str, schema: str) -> dict:
     }
 
 
+def fold_messages(state: list, writes: list) -> list:
+    """A batching-invariant reducer for a DeltaChannel of messages."""
+    out = list(state or [])
+    for w in writes:
+        out = add_messages(out, w)
+    return out
+
+
+class DeltaState(TypedDict):
+    messages: Annotated[list, DeltaChannel(fold_messages, snapshot_frequency=3)]
+    turn: int
+
+
+def delta_agent(state: DeltaState) -> dict:
+    turn = state.get("turn", 0) + 1
+    return {"messages": [AIMessage(content=f"turn {turn}", id=f"ai-{turn}")], "turn": turn}
+
+
+def delta_search(state: DeltaState) -> dict:
+    return {"messages": [HumanMessage(content=f"search {state['turn']}", id=f"search-{state['turn']}")]}
+
+
+def delta_lookup(state: DeltaState) -> dict:
+    return {"messages": [HumanMessage(content=f"lookup {state['turn']}", id=f"lookup-{state['turn']}")]}
+
+
+def delta_route(state: DeltaState) -> list[str] | str:
+    return END if state["turn"] >= 4 else ["search", "lookup"]
+
+
+def delta_history(saver: PostgresSaver, thread: str, channels: list[str]) -> dict:
+    """Per checkpoint of the thread, LangGraph's delta history of `channels`, values as its
+    serializer encodes them."""
+    out = {}
+    # list() holds the saver's connection while it yields: collect before asking more.
+    for t in list(saver.list({"configurable": {"thread_id": thread}})):
+        cfg = t.config["configurable"]
+        history = saver.get_delta_channel_history(config=t.config, channels=channels)
+        entry = {}
+        for channel, h in history.items():
+            seed = None
+            if "seed" in h:
+                ty, data = saver.serde.dumps_typed(h["seed"])
+                seed = {"type": ty, "b64": b64(data)}
+            writes = []
+            for task_id, ch, value in h["writes"]:
+                ty, data = saver.serde.dumps_typed(value)
+                writes.append({"task_id": task_id, "channel": ch, "type": ty, "b64": b64(data)})
+            entry[channel] = {"seed": seed, "writes": writes}
+        out[f"{cfg['checkpoint_ns']}|{cfg['checkpoint_id']}"] = entry
+    return out
+
+
+def delta_write(url: str, schema: str, thread: str) -> dict:
+    conn, saver = saver_for(url, schema)
+    saver.setup()
+    builder = StateGraph(DeltaState)
+    builder.add_node("agent", delta_agent)
+    builder.add_node("search", delta_search)
+    builder.add_node("lookup", delta_lookup)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", delta_route, ["search", "lookup", END])
+    builder.add_edge("search", "agent")
+    builder.add_edge("lookup", "agent")
+    graph = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": thread}}
+    graph.invoke({"messages": [HumanMessage(content="start", id="h0")], "turn": 0}, config)
+    # A fork: an update on an early checkpoint starts a second branch.
+    early = list(graph.get_state_history(config))[-3]
+    graph.update_state(early.config, {"messages": [HumanMessage(content="fork", id="fork-1")]})
+    final = graph.get_state(config)
+    result = {
+        "history": delta_history(saver, thread, ["messages"]),
+        "final_messages": [jsonable(m) for m in final.values["messages"]],
+    }
+    conn.close()
+    return result
+
+
+def delta_read(url: str, schema: str, thread: str, channels: list[str]) -> dict:
+    conn, saver = saver_for(url, schema)
+    result = delta_history(saver, thread, channels)
+    conn.close()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["write", "read", "continue", "fixture"])
+    parser.add_argument("command", choices=["write", "read", "continue", "fixture", "delta-write", "delta-read"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--schema", required=True)
     parser.add_argument("--thread", default="python-thread")
+    parser.add_argument("--channels", default="messages", help="comma-separated, for delta-read")
     args = parser.parse_args()
     if args.command == "write":
         out: Any = write(args.url, args.schema, args.thread)
@@ -234,6 +329,10 @@ def main() -> None:
         out = read(args.url, args.schema, args.thread)
     elif args.command == "continue":
         out = continue_thread(args.url, args.schema, args.thread)
+    elif args.command == "delta-write":
+        out = delta_write(args.url, args.schema, args.thread)
+    elif args.command == "delta-read":
+        out = delta_read(args.url, args.schema, args.thread, args.channels.split(","))
     else:
         out = fixture(args.url, args.schema)
     json.dump(out, sys.stdout, indent=1, sort_keys=True, ensure_ascii=False)

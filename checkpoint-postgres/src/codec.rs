@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use checkpoint_core::{
     Bytes, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
-    Error, PendingWrite, Result, TypedValue, ValueType,
+    DeltaChannelHistory, Error, PendingWrite, Result, TypedValue, ValueType,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -233,4 +233,52 @@ pub(crate) fn decode_page(rows: &[PgRow]) -> PgResult<Vec<CheckpointTuple>> {
         out.push(t);
     }
     Ok(out)
+}
+/// Fills `out` from the rows of [`DELTA_HISTORY`](crate::sql::DELTA_HISTORY): each
+/// channel's seed (a blob, or a value kept inline by LangGraph's Python saver, as
+/// `get_tuple` reads it), and its writes oldest checkpoint first (greatest depth first), each
+/// checkpoint's in the contract's order.
+pub(crate) fn decode_delta(
+    rows: &[PgRow],
+    out: &mut BTreeMap<String, DeltaChannelHistory>,
+) -> PgResult<()> {
+    let mut writes: Vec<(i32, PendingWrite)> = Vec::new();
+    for row in rows {
+        let kind: String = row.try_get("kind")?;
+        let depth: i32 = row.try_get("depth")?;
+        if kind == "w" {
+            writes.push((depth, decode_write(row)?));
+            continue;
+        }
+        let channel: String = row.try_get("channel")?;
+        let ty: Option<String> = row.try_get("type")?;
+        let seed = match ty {
+            Some(ty) => {
+                let blob: Option<Vec<u8>> = row.try_get("blob")?;
+                TypedValue::new(
+                    ValueType::from(ty.as_str()),
+                    Bytes::from(blob.unwrap_or_default()),
+                )
+            }
+            None => {
+                let Json(inline): Json<Value> = row.try_get("inline")?;
+                let bytes =
+                    serde_json::to_vec(&inline).map_err(|e| PgError::corrupt("inline value", e))?;
+                TypedValue::new(ValueType::Json, bytes)
+            }
+        };
+        if let Some(h) = out.get_mut(&channel) {
+            h.seed = Some(seed);
+        }
+    }
+    writes.sort_by(|(da, a), (db, b)| {
+        db.cmp(da)
+            .then_with(|| (&a.task_path, &a.task_id, a.idx).cmp(&(&b.task_path, &b.task_id, b.idx)))
+    });
+    for (_, w) in writes {
+        if let Some(h) = out.get_mut(&w.channel) {
+            h.writes.push(w);
+        }
+    }
+    Ok(())
 }

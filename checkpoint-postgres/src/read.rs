@@ -1,14 +1,18 @@
 //! Reads: `get_tuple` (one statement) and `list` (keyset-paginated, one statement a page).
 
-use checkpoint_core::backend::{Page, paged};
-use checkpoint_core::{BoxStream, CheckpointConfig, CheckpointTuple, Error, ListOptions, Result};
+use std::collections::BTreeMap;
+
+use checkpoint_core::backend::{Page, legacy, paged};
+use checkpoint_core::{
+    BoxStream, CheckpointConfig, CheckpointTuple, DeltaChannelHistory, Error, ListOptions, Result,
+};
 use futures::stream::{self, StreamExt};
 use serde_json::Value;
 use sqlx::postgres::PgPool;
 use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder};
 
-use crate::codec::{decode_page, json_contains_nul};
+use crate::codec::{decode_delta, decode_page, decode_write, json_contains_nul};
 use crate::core::Inner;
 use crate::error::classify;
 use crate::keys::storable;
@@ -49,7 +53,9 @@ pub(crate) async fn get_tuple(
         }
     }
     .map_err(classify)?;
-    Ok(decode_page(&rows)?.into_iter().next())
+    let mut tuples = decode_page(&rows)?;
+    legacy_sends(&inner.pool, &mut tuples).await?;
+    Ok(tuples.into_iter().next())
 }
 
 /// `list`: pages of [`PAGE`] checkpoints, each one query (checkpoints, their values and
@@ -177,7 +183,8 @@ fn page_query(
 async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
     let mut qb = page_query(&st.opts, st.mode, st.cursor.as_ref(), want);
     let rows = qb.build().fetch_all(&st.pool).await.map_err(classify)?;
-    let page = decode_page(&rows).map_err(Error::from)?;
+    let mut page = decode_page(&rows).map_err(Error::from)?;
+    legacy_sends(&st.pool, &mut page).await?;
     if let Some(t) = page.last() {
         st.cursor = Some((
             t.checkpoint.id.clone(),
@@ -187,4 +194,62 @@ async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
     }
     let last = page.len() < want;
     Ok(Page::new(page, last))
+}
+
+/// Checkpoints of a LangGraph format before 4 read with their parent's sends (see
+/// `checkpoint_core::backend::legacy`), as LangGraph's Python saver reads them: one query
+/// per such checkpoint, none otherwise.
+async fn legacy_sends(pool: &PgPool, tuples: &mut [CheckpointTuple]) -> Result<()> {
+    for tuple in tuples {
+        let Some(parent) = legacy::sends_parent(tuple).cloned() else {
+            continue;
+        };
+        let rows = sqlx::query(sql::PARENT_SENDS)
+            .bind(&parent.thread_id)
+            .bind(&parent.checkpoint_ns)
+            .bind(parent.checkpoint_id.as_deref())
+            .fetch_all(pool)
+            .await
+            .map_err(classify)?;
+        let writes = rows
+            .iter()
+            .map(decode_write)
+            .collect::<Result<Vec<_>, _>>()?;
+        legacy::apply_parent_sends(tuple, &writes);
+    }
+    Ok(())
+}
+
+pub(crate) async fn delta_channel_history(
+    inner: &Inner,
+    config: &CheckpointConfig,
+    channels: &[String],
+) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+    config.require_thread()?;
+    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
+        .iter()
+        .map(|c| (c.clone(), DeltaChannelHistory::default()))
+        .collect();
+    if out.is_empty()
+        || !storable(&config.thread_id)
+        || !storable(&config.checkpoint_ns)
+        || config
+            .checkpoint_id
+            .as_deref()
+            .is_some_and(|id| !storable(id))
+        || out.keys().any(|c| c.contains('\0'))
+    {
+        return Ok(out);
+    }
+    let wanted: Vec<&str> = out.keys().map(String::as_str).collect();
+    let rows = sqlx::query(sql::DELTA_HISTORY)
+        .bind(&config.thread_id)
+        .bind(&config.checkpoint_ns)
+        .bind(config.checkpoint_id.as_deref())
+        .bind(&wanted)
+        .fetch_all(&inner.pool)
+        .await
+        .map_err(classify)?;
+    decode_delta(&rows, &mut out)?;
+    Ok(out)
 }

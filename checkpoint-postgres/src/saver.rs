@@ -1,14 +1,15 @@
 //! [`PostgresSaver`]: construction, `setup`, and the [`Saver`] implementation, which
 //! delegates to the read, write, maintenance and coordination modules.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use checkpoint_core::{
     BoxStream, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
-    CheckpointTuple, Claim, Error, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
-    Result, Saver, TypedValue, async_trait,
+    CheckpointTuple, Claim, DeltaChannelHistory, Error, Lease, ListOptions, PruneStrategy,
+    PutOptions, PutWritesOptions, Result, Saver, TypedValue, async_trait,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool};
 
@@ -106,6 +107,14 @@ impl Saver for PostgresSaver {
 
     async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
         read::get_tuple(&self.inner, config).await
+    }
+
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+        read::delta_channel_history(&self.inner, config, channels).await
     }
 
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {

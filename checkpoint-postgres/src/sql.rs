@@ -105,6 +105,65 @@ pub(crate) const GET_LATEST: &str = select_tuple!(
     "c.thread_id = $1 AND c.checkpoint_ns = $2 ORDER BY c.checkpoint_id DESC LIMIT 1"
 );
 
+/// The delta history (see `read::delta_channel_history`) of the channels `$4` for
+/// checkpoint `$3` (NULL: the latest) of `($1 thread, $2 namespace)`, in one statement: a
+/// recursive walk up the parent links, carrying the channels whose walk is still open, that
+/// stops where none is. A channel is stored at a checkpoint when `get_tuple` would return a
+/// value for it there: a blob of the version it names that is not `empty`, or, without a
+/// blob, a value LangGraph's Python saver kept inline. Rows: `kind` (`w` a write, `s` a
+/// seed), `depth` (0: the target's parent), channel, the write's task path, task id and
+/// index, type and bytes, and a seed kept inline.
+pub(crate) const DELTA_HISTORY: &str = "
+WITH RECURSIVE
+target AS (
+    SELECT c.parent_checkpoint_id AS parent FROM checkpoints c
+    WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND ($3::text IS NULL OR c.checkpoint_id = $3)
+    ORDER BY c.checkpoint_id DESC LIMIT 1
+),
+chain AS (
+    SELECT c.checkpoint_id AS id, c.parent_checkpoint_id AS parent, c.checkpoint AS cp,
+           $4::text[] AS open, 0 AS depth
+    FROM target JOIN checkpoints c
+      ON c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = target.parent
+    UNION ALL
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
+           ARRAY(SELECT o FROM unnest(chain.open) AS o WHERE NOT coalesce(
+               (SELECT b.type <> 'empty' FROM checkpoint_blobs b
+                WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = o
+                  AND b.version = chain.cp -> 'channel_versions' ->> o LIMIT 1),
+               (chain.cp -> 'channel_values') ? o)),
+           chain.depth + 1
+    FROM chain JOIN checkpoints c
+      ON c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = chain.parent
+    -- Ids only decrease along parent links: the walk ends even on damaged rows.
+    WHERE cardinality(chain.open) > 0 AND c.checkpoint_id < chain.id
+)
+SELECT 'w' AS kind, chain.depth, w.channel, w.task_path, w.task_id, w.idx,
+       coalesce(w.type, 'msgpack') AS type, w.blob, NULL::jsonb AS inline
+FROM chain CROSS JOIN LATERAL unnest(chain.open) AS o
+JOIN checkpoint_writes w
+  ON w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = chain.id AND w.channel = o
+UNION ALL
+SELECT 's', chain.depth, o, NULL, NULL, NULL, bl.type, bl.blob,
+       CASE WHEN bl.type IS NULL THEN chain.cp -> 'channel_values' -> o END
+FROM chain CROSS JOIN LATERAL unnest(chain.open) AS o
+LEFT JOIN LATERAL (
+    SELECT b.type, b.blob FROM checkpoint_blobs b
+    WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = o
+      AND b.version = chain.cp -> 'channel_versions' ->> o
+    LIMIT 1
+) AS bl ON true
+WHERE coalesce(bl.type <> 'empty', (chain.cp -> 'channel_values') ? o)
+";
+
+/// The pending writes to `__pregel_tasks` of checkpoint `$3` of `($1 thread, $2 namespace)`:
+/// the sends of a child of a format before 4 (LangGraph's `SELECT_PENDING_SENDS_SQL`, with
+/// the namespace too).
+pub(crate) const PARENT_SENDS: &str = "
+SELECT channel, coalesce(type, 'msgpack') AS type, blob, task_id, task_path, idx
+FROM checkpoint_writes
+WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 AND channel = '__pregel_tasks'";
+
 /// put, one statement (one round trip, one implicit transaction).
 ///
 /// $1 thread, $2 ns, $3 id, $4 parent id (NULL: none), $5 checkpoint JSONB, $6 metadata
@@ -246,31 +305,103 @@ FROM checkpoint_writes WHERE thread_id = $1
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 ";
 
-/// prune keeping the newest $2 (> 0) checkpoints of each namespace of the threads $1.
-/// Deletes the rest, their writes, and values no kept checkpoint names.
-pub(crate) const PRUNE_KEEP: &str = "
-WITH ranked AS (
-    SELECT thread_id, checkpoint_ns, checkpoint_id, checkpoint -> 'channel_versions' AS versions,
-           row_number() OVER (PARTITION BY thread_id, checkpoint_ns ORDER BY checkpoint_id DESC) AS rn
+/// The recursive part of the delta-aware deletions (see
+/// `checkpoint_core::delta::needed_ancestors`), over a CTE `scope` of checkpoints with
+/// columns `thread_id, checkpoint_ns, checkpoint_id, parent, versions, inline, metadata,
+/// stays`: `needs` lists the channels each checkpoint needs history for (the keys of its
+/// `counters_since_delta_snapshot` metadata; with `delta_writes_versioned` and no counters,
+/// each channel it names without storing it), and `walk` the ancestors that the staying
+/// checkpoints need, transitively. A channel is stored at a checkpoint as `get_tuple` reads
+/// it: a blob that is not `empty`, or without a blob a value kept inline.
+macro_rules! delta_needs {
+    () => {
+        "
+needs AS (
+    SELECT s.thread_id, s.checkpoint_ns, s.checkpoint_id, n.channel
+    FROM scope s CROSS JOIN LATERAL jsonb_object_keys(
+        CASE WHEN jsonb_typeof(s.metadata -> 'counters_since_delta_snapshot') = 'object'
+             THEN s.metadata -> 'counters_since_delta_snapshot' ELSE '{}'::jsonb END) AS n(channel)
+    UNION
+    SELECT s.thread_id, s.checkpoint_ns, s.checkpoint_id, v.key
+    FROM scope s CROSS JOIN LATERAL jsonb_each_text(s.versions) AS v
+    WHERE s.metadata -> 'delta_writes_versioned' = 'true'::jsonb
+      AND coalesce(s.metadata -> 'counters_since_delta_snapshot', '{}'::jsonb) IN ('{}'::jsonb, 'null'::jsonb)
+      AND NOT coalesce(
+          (SELECT b.type <> 'empty' FROM checkpoint_blobs b
+           WHERE b.thread_id = s.thread_id AND b.checkpoint_ns = s.checkpoint_ns
+             AND b.channel = v.key AND b.version = v.value LIMIT 1),
+          s.inline ? v.key)
+),
+walk AS (
+    SELECT s.thread_id, s.checkpoint_ns, s.parent AS id, n.channel
+    FROM scope s JOIN needs n USING (thread_id, checkpoint_ns, checkpoint_id)
+    WHERE s.stays AND s.parent IS NOT NULL
+    UNION
+    SELECT w.thread_id, w.checkpoint_ns, s.parent, x.channel
+    FROM walk w JOIN scope s
+      ON s.thread_id = w.thread_id AND s.checkpoint_ns = w.checkpoint_ns AND s.checkpoint_id = w.id
+    CROSS JOIN LATERAL (
+        -- The walk goes on above a checkpoint that does not store the channel ...
+        SELECT w.channel AS channel
+        WHERE NOT coalesce(
+            (SELECT b.type <> 'empty' FROM checkpoint_blobs b
+             WHERE b.thread_id = s.thread_id AND b.checkpoint_ns = s.checkpoint_ns
+               AND b.channel = w.channel AND b.version = s.versions ->> w.channel LIMIT 1),
+            s.inline ? w.channel)
+        UNION
+        -- ... and a needed checkpoint needs its own history too.
+        SELECT n.channel FROM needs n
+        WHERE n.thread_id = s.thread_id AND n.checkpoint_ns = s.checkpoint_ns
+          AND n.checkpoint_id = s.checkpoint_id
+    ) AS x
+    WHERE s.parent IS NOT NULL AND s.parent < s.checkpoint_id
+),
+"
+    };
+}
+
+/// prune keeping the newest $2 (> 0) checkpoints of each namespace of the threads $1, and
+/// what those need for their delta channels. Deletes the rest, their writes, and values no
+/// kept checkpoint names.
+pub(crate) const PRUNE_KEEP: &str = concat!(
+    "
+WITH RECURSIVE
+scope AS (
+    SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id AS parent,
+           checkpoint -> 'channel_versions' AS versions,
+           coalesce(checkpoint -> 'channel_values', '{}'::jsonb) AS inline, metadata,
+           row_number() OVER (PARTITION BY thread_id, checkpoint_ns ORDER BY checkpoint_id DESC) <= $2 AS stays
     FROM checkpoints WHERE thread_id = ANY($1)
 ),
+",
+    delta_needs!(),
+    "
+doomed AS (
+    SELECT s.thread_id, s.checkpoint_ns, s.checkpoint_id FROM scope s
+    WHERE NOT s.stays AND NOT EXISTS (
+        SELECT 1 FROM walk w
+        WHERE w.thread_id = s.thread_id AND w.checkpoint_ns = s.checkpoint_ns AND w.id = s.checkpoint_id)
+),
 del_cp AS (
-    DELETE FROM checkpoints c USING ranked r
-    WHERE r.rn > $2 AND c.thread_id = r.thread_id AND c.checkpoint_ns = r.checkpoint_ns
-      AND c.checkpoint_id = r.checkpoint_id
+    DELETE FROM checkpoints c USING doomed d
+    WHERE c.thread_id = d.thread_id AND c.checkpoint_ns = d.checkpoint_ns
+      AND c.checkpoint_id = d.checkpoint_id
 ),
 del_w AS (
-    DELETE FROM checkpoint_writes w USING ranked r
-    WHERE r.rn > $2 AND w.thread_id = r.thread_id AND w.checkpoint_ns = r.checkpoint_ns
-      AND w.checkpoint_id = r.checkpoint_id
+    DELETE FROM checkpoint_writes w USING doomed d
+    WHERE w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns
+      AND w.checkpoint_id = d.checkpoint_id
 ),
 live AS (
-    SELECT DISTINCT r.thread_id, r.checkpoint_ns, v.key AS channel, v.value AS version
-    FROM ranked r CROSS JOIN LATERAL jsonb_each_text(r.versions) AS v
-    WHERE r.rn <= $2
+    SELECT DISTINCT s.thread_id, s.checkpoint_ns, v.key AS channel, v.value AS version
+    FROM scope s CROSS JOIN LATERAL jsonb_each_text(s.versions) AS v
+    WHERE NOT EXISTS (
+        SELECT 1 FROM doomed d
+        WHERE d.thread_id = s.thread_id AND d.checkpoint_ns = s.checkpoint_ns
+          AND d.checkpoint_id = s.checkpoint_id)
 ),
 touched AS (
-    SELECT DISTINCT thread_id, checkpoint_ns FROM ranked WHERE rn > $2
+    SELECT DISTINCT thread_id, checkpoint_ns FROM doomed
 )
 DELETE FROM checkpoint_blobs b USING touched t
 WHERE b.thread_id = t.thread_id AND b.checkpoint_ns = t.checkpoint_ns
@@ -278,7 +409,8 @@ WHERE b.thread_id = t.thread_id AND b.checkpoint_ns = t.checkpoint_ns
       SELECT 1 FROM live l
       WHERE l.thread_id = b.thread_id AND l.checkpoint_ns = b.checkpoint_ns
         AND l.channel = b.channel AND l.version = b.version)
-";
+"
+);
 
 /// prune deleting everything of the threads $1.
 pub(crate) const PRUNE_ALL: &str = "
@@ -287,27 +419,53 @@ WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY($1)),
 DELETE FROM checkpoint_writes WHERE thread_id = ANY($1)
 ";
 
-/// delete_for_runs: $1 run ids. Deletes matching checkpoints everywhere, their writes, and
-/// values no remaining checkpoint of the same namespace names.
-pub(crate) const DELETE_FOR_RUNS: &str = "
-WITH doomed AS (
-    DELETE FROM checkpoints
+/// delete_for_runs: $1 run ids. Deletes matching checkpoints everywhere, except what the
+/// remaining checkpoints need for their delta channels, their writes, and values no
+/// remaining checkpoint of the same namespace names.
+pub(crate) const DELETE_FOR_RUNS: &str = concat!(
+    "
+WITH RECURSIVE
+touched AS (
+    SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoints
     WHERE metadata ->> 'run_id' = ANY($1) AND jsonb_typeof(metadata -> 'run_id') = 'string'
-    RETURNING thread_id, checkpoint_ns, checkpoint_id
+),
+scope AS (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id AS parent,
+           c.checkpoint -> 'channel_versions' AS versions,
+           coalesce(c.checkpoint -> 'channel_values', '{}'::jsonb) AS inline, c.metadata,
+           NOT coalesce(c.metadata ->> 'run_id' = ANY($1)
+                        AND jsonb_typeof(c.metadata -> 'run_id') = 'string', false) AS stays
+    FROM checkpoints c JOIN touched t USING (thread_id, checkpoint_ns)
+),
+",
+    delta_needs!(),
+    "
+doomed AS (
+    DELETE FROM checkpoints c USING scope s
+    WHERE NOT s.stays AND c.thread_id = s.thread_id AND c.checkpoint_ns = s.checkpoint_ns
+      AND c.checkpoint_id = s.checkpoint_id
+      AND NOT EXISTS (
+          SELECT 1 FROM walk w
+          WHERE w.thread_id = s.thread_id AND w.checkpoint_ns = s.checkpoint_ns
+            AND w.id = s.checkpoint_id)
+    RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id
 ),
 del_w AS (
     DELETE FROM checkpoint_writes w USING doomed d
     WHERE w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns AND w.checkpoint_id = d.checkpoint_id
-),
-touched AS (SELECT DISTINCT thread_id, checkpoint_ns FROM doomed)
+)
 DELETE FROM checkpoint_blobs b USING touched t
 WHERE b.thread_id = t.thread_id AND b.checkpoint_ns = t.checkpoint_ns
   AND NOT EXISTS (
-      SELECT 1 FROM checkpoints c CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
-      WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+      SELECT 1 FROM scope s CROSS JOIN LATERAL jsonb_each_text(s.versions) AS v
+      WHERE s.thread_id = b.thread_id AND s.checkpoint_ns = b.checkpoint_ns
         AND v.key = b.channel AND v.value = b.version
-        AND NOT coalesce(c.metadata ->> 'run_id' = ANY($1) AND jsonb_typeof(c.metadata -> 'run_id') = 'string', false))
-";
+        AND NOT EXISTS (
+            SELECT 1 FROM doomed d
+            WHERE d.thread_id = s.thread_id AND d.checkpoint_ns = s.checkpoint_ns
+              AND d.checkpoint_id = s.checkpoint_id))
+"
+);
 
 /// acquire_lease: $1 thread, $2 holder, $3 ttl in microseconds. Returns the token, or no row
 /// while another holder's lease is live.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use checkpoint_core::Bytes;
 use checkpoint_core::{
     ChannelVersion, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
-    CheckpointTuple, Error, PendingWrite, Result, TypedValue, ValueType,
+    CheckpointTuple, DeltaChannelHistory, Error, PendingWrite, Result, TypedValue, ValueType,
 };
 use redis::Value;
 use serde::{Deserialize, Serialize};
@@ -184,6 +184,83 @@ fn owned_bulk(v: Value) -> Option<Bytes> {
     }
 }
 
+/// A pending write from its index member (the part after the checkpoint reference:
+/// `esc(task_path) esc(task_id) idx8`) and its stored form (see [`encode_write`]).
+fn decode_write(member: &[u8], w: Bytes) -> Option<PendingWrite> {
+    let (task_path, rest) = unesc_str(member)?;
+    let (task_id, rest) = unesc_str(rest)?;
+    let idx = parse_idx8(rest)?;
+    let (_, rest) = netstr(&w)?;
+    let (channel, rest) = netstr(rest)?;
+    let channel = String::from_utf8(channel.to_vec()).ok()?;
+    let from = w.len() - rest.len();
+    let value = decode_typed_shared(w, from)?;
+    Some(PendingWrite {
+        task_id,
+        channel,
+        value,
+        idx,
+        task_path,
+    })
+}
+
+/// Decodes a `delta.lua` reply for the channels it was asked about (in that order) into
+/// `out`: each channel's seed, and its writes oldest checkpoint first.
+pub(crate) fn decode_delta(
+    v: Value,
+    channels: &[&str],
+    out: &mut BTreeMap<String, DeltaChannelHistory>,
+) -> Result<()> {
+    let bad = || corrupt("a corrupt record or write in a delta history");
+    let mut items = array(v)?.into_iter();
+    let mut writes: Vec<(u64, PendingWrite)> = Vec::new();
+    while let Some(kind) = items.next() {
+        match text(&kind)? {
+            "w" => {
+                let (Some(depth), Some(member), Some(value)) =
+                    (items.next(), items.next(), items.next())
+                else {
+                    return Err(protocol("a delta write entry has 3 parts"));
+                };
+                let member = bulk(&member).ok_or_else(|| protocol("write member"))?;
+                // The member starts with the checkpoint's reference: esc(id) esc(ns).
+                let (_, rest) = unesc_str(member).ok_or_else(bad)?;
+                let (_, rest) = unesc_str(rest).ok_or_else(bad)?;
+                let value = owned_bulk(value).ok_or_else(|| protocol("write value"))?;
+                writes.push((number(&depth)?, decode_write(rest, value).ok_or_else(bad)?));
+            }
+            "s" => {
+                let (Some(k), Some(value)) = (items.next(), items.next()) else {
+                    return Err(protocol("a delta seed entry has 2 parts"));
+                };
+                let k = usize::try_from(number(&k)?).unwrap_or(usize::MAX);
+                let channel = k
+                    .checked_sub(1)
+                    .and_then(|i| channels.get(i))
+                    .ok_or_else(|| protocol("a seed of a channel not asked for"))?;
+                let value = owned_bulk(value).ok_or_else(|| protocol("seed value"))?;
+                if value.first() != Some(&b'V') {
+                    return Err(bad());
+                }
+                let seed = decode_typed_shared(value, 1).ok_or_else(bad)?;
+                if let Some(h) = out.get_mut(*channel) {
+                    h.seed = Some(seed);
+                }
+            }
+            other => return Err(protocol(format!("unknown delta entry {other:?}"))),
+        }
+    }
+    // Newest checkpoint first in the reply, each checkpoint's writes in index order: a
+    // stable sort by depth, deepest first, keeps that order within a checkpoint.
+    writes.sort_by(|(a, _), (b, _)| b.cmp(a));
+    for (_, w) in writes {
+        if let Some(h) = out.get_mut(&w.channel) {
+            h.writes.push(w);
+        }
+    }
+    Ok(())
+}
+
 /// A pending write as `put_writes` stores it: `netstr(esc(task_path)) netstr(channel)
 /// netstr(tag) bytes`, `path` being `esc(task_path)`.
 pub(crate) fn encode_write(path: &[u8], channel: &str, value: &TypedValue) -> Vec<u8> {
@@ -296,21 +373,7 @@ pub(crate) fn decode_tuple(thread_id: &str, v: Value) -> Result<CheckpointTuple>
             continue;
         };
         let rest = m.strip_prefix(tref.as_slice()).ok_or_else(bad)?;
-        let (task_path, rest) = unesc_str(rest).ok_or_else(bad)?;
-        let (task_id, rest) = unesc_str(rest).ok_or_else(bad)?;
-        let idx = parse_idx8(rest).ok_or_else(bad)?;
-        let (_, rest) = netstr(&w).ok_or_else(bad)?;
-        let (channel, rest) = netstr(rest).ok_or_else(bad)?;
-        let channel = String::from_utf8(channel.to_vec()).map_err(|_| bad())?;
-        let from = w.len() - rest.len();
-        let value = decode_typed_shared(w, from).ok_or_else(bad)?;
-        pending_writes.push(PendingWrite {
-            task_id,
-            channel,
-            value,
-            idx,
-            task_path,
-        });
+        pending_writes.push(decode_write(rest, w).ok_or_else(bad)?);
     }
     let address = |id: &str| {
         CheckpointConfig::new(thread_id)

@@ -4,20 +4,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use checkpoint_core::backend::{Page, paged};
+use checkpoint_core::backend::{Page, legacy, paged};
 use checkpoint_core::{
-    BoxStream, CheckpointConfig, CheckpointTuple, Error, ListOptions, Result,
+    BoxStream, CheckpointConfig, CheckpointTuple, DeltaChannelHistory, Error, ListOptions, Result,
     checkpoint_id_unix_millis,
 };
 use redis::Value;
 
 use crate::chunk;
-use crate::codec::{array, bulk, decode_tuple, number, record_manifests};
+use crate::codec::{array, bulk, decode_delta, decode_tuple, number, record_manifests};
 use crate::core::Inner;
 use crate::error::{corrupt, protocol};
 use crate::keys::{BL, CP, WI, WV, esc, parse_gref, parse_tref, token, tref};
 use crate::scripts::Call;
-use crate::scripts::{Args, GscanArgs, IndexOp, ListArgs, ThreadScan};
+use crate::scripts::{Args, DeltaArgs, GscanArgs, IndexOp, ListArgs, ThreadScan};
 
 /// Tuples per `list` page.
 const PAGE: usize = 64;
@@ -50,10 +50,63 @@ pub(crate) async fn get_tuple(
         config.checkpoint_id.as_deref(),
         false,
     );
-    match inner.link.eval(&call, true).await? {
-        Value::Nil => Ok(None),
-        v => decode_tuple(thread_id, v).map(Some),
+    let mut tuple = match inner.link.eval(&call, true).await? {
+        Value::Nil => return Ok(None),
+        v => decode_tuple(thread_id, v)?,
+    };
+    legacy_sends(inner, std::slice::from_mut(&mut tuple)).await?;
+    Ok(Some(tuple))
+}
+
+/// Checkpoints of a LangGraph format before 4 read with their parent's sends (see
+/// `checkpoint_core::backend::legacy`): the parent is read as stored, one script call per
+/// such checkpoint, none otherwise.
+async fn legacy_sends(inner: &Inner, tuples: &mut [CheckpointTuple]) -> Result<()> {
+    for tuple in tuples {
+        let Some(parent) = legacy::sends_parent(tuple).cloned() else {
+            continue;
+        };
+        let call = inner.get_call(
+            &parent.thread_id,
+            &parent.checkpoint_ns,
+            parent.checkpoint_id.as_deref(),
+            false,
+        );
+        let writes = match inner.link.eval(&call, true).await? {
+            Value::Nil => Vec::new(),
+            v => decode_tuple(&parent.thread_id, v)?.pending_writes,
+        };
+        legacy::apply_parent_sends(tuple, &writes);
     }
+    Ok(())
+}
+
+pub(crate) async fn delta_channel_history(
+    inner: &Inner,
+    config: &CheckpointConfig,
+    channels: &[String],
+) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+    let thread_id = config.require_thread()?;
+    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
+        .iter()
+        .map(|c| (c.clone(), DeltaChannelHistory::default()))
+        .collect();
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let names: Vec<String> = out.keys().cloned().collect();
+    let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
+    let call = DeltaArgs {
+        ttl_ms: inner.default_ttl_ms,
+        refresh: inner.refresh_on_read,
+        ns: &config.checkpoint_ns,
+        id: config.checkpoint_id.as_deref(),
+        channels: &wanted,
+    }
+    .call(inner.thread_keys(thread_id, false));
+    let reply = inner.link.eval(&call, true).await?;
+    decode_delta(reply, &wanted, &mut out)?;
+    Ok(out)
 }
 
 /// `list`: pages of [`PAGE`] tuples, each a scan of the thread's or the global index
@@ -500,6 +553,7 @@ async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<Chec
         ]);
         out.push(decode_tuple(&p.thread, full)?);
     }
+    legacy_sends(inner, &mut out).await?;
     Ok(out)
 }
 

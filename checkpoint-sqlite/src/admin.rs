@@ -70,6 +70,11 @@ pub(crate) async fn prune(
             .execute(tx.conn())
             .await
             .map_err(classify)?;
+        sqlx::query(sql::RESCUE_NEEDED)
+            .bind(thread_id)
+            .execute(tx.conn())
+            .await
+            .map_err(classify)?;
         sqlx::query(sql::DELETE_DOOMED)
             .execute(tx.conn())
             .await
@@ -110,6 +115,17 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
         }
         qb.push(") AND json_type(c.metadata, '$.run_id') = 'text'");
         qb.build().execute(tx.conn()).await.map_err(classify)?;
+    }
+    let threads: Vec<String> = sqlx::query_scalar("SELECT DISTINCT thread_id FROM temp.doomed")
+        .fetch_all(tx.conn())
+        .await
+        .map_err(classify)?;
+    for thread in threads {
+        sqlx::query(sql::RESCUE_NEEDED)
+            .bind(thread)
+            .execute(tx.conn())
+            .await
+            .map_err(classify)?;
     }
     sqlx::query(sql::DELETE_DOOMED)
         .execute(tx.conn())

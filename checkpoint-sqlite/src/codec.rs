@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use checkpoint_core::{
     Bytes, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
-    PendingWrite, Result, TypedValue, ValueType,
+    DeltaChannelHistory, PendingWrite, Result, TypedValue, ValueType,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
@@ -218,6 +218,72 @@ fn decode_writes(id: &str, row: &SqliteRow) -> SqliteResult<Vec<PendingWrite>> {
     writes
         .sort_by(|a, b| (&a.task_path, &a.task_id, a.idx).cmp(&(&b.task_path, &b.task_id, b.idx)));
     Ok(writes)
+}
+
+/// Pending writes from rows of `task_id, idx, task_path, channel, type, blob`.
+pub(crate) fn decode_writes_rows(rows: &[SqliteRow]) -> SqliteResult<Vec<PendingWrite>> {
+    rows.iter()
+        .map(|row| {
+            let ty: String = get(row, 4)?;
+            Ok(PendingWrite {
+                task_id: get(row, 0)?,
+                idx: get(row, 1)?,
+                task_path: get(row, 2)?,
+                channel: get(row, 3)?,
+                value: TypedValue::new(
+                    ValueType::from(ty.as_str()),
+                    Bytes::from(get::<Vec<u8>>(row, 5)?),
+                ),
+            })
+        })
+        .collect()
+}
+
+/// Fills `out` from the rows of `sql::DELTA_HISTORY`: each channel's seed, and its writes
+/// oldest checkpoint first (greatest depth first), each checkpoint's in `(task_path,
+/// task_id, idx)` order.
+pub(crate) fn decode_delta(
+    rows: &[SqliteRow],
+    out: &mut BTreeMap<String, DeltaChannelHistory>,
+) -> SqliteResult<()> {
+    let mut writes: Vec<(i64, PendingWrite)> = Vec::new();
+    for row in rows {
+        let kind: String = get(row, 0)?;
+        let depth: i64 = get(row, 1)?;
+        let channel: String = get(row, 2)?;
+        let ty: String = get(row, 6)?;
+        let value = TypedValue::new(
+            ValueType::from(ty.as_str()),
+            Bytes::from(get::<Option<Vec<u8>>>(row, 7)?.unwrap_or_default()),
+        );
+        match kind.as_str() {
+            "s" => {
+                if let Some(h) = out.get_mut(&channel) {
+                    h.seed = Some(value);
+                }
+            }
+            _ => writes.push((
+                depth,
+                PendingWrite {
+                    task_path: get(row, 3)?,
+                    task_id: get(row, 4)?,
+                    idx: get(row, 5)?,
+                    channel,
+                    value,
+                },
+            )),
+        }
+    }
+    writes.sort_by(|(da, a), (db, b)| {
+        db.cmp(da)
+            .then_with(|| (&a.task_path, &a.task_id, a.idx).cmp(&(&b.task_path, &b.task_id, b.idx)))
+    });
+    for (_, w) in writes {
+        if let Some(h) = out.get_mut(&w.channel) {
+            h.writes.push(w);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
 
+use checkpoint_core::backend::legacy::{apply_parent_sends, migrate_pending_sends, sends_parent};
 use checkpoint_core::backend::{Page, paged};
 use checkpoint_core::msgpack::{array_elements, decode_msgpack, value_end};
-use checkpoint_core::writes::TASKS;
 use checkpoint_core::{
     BoxStream, Bytes, ChannelVersion, ChannelVersions, Checkpoint, CheckpointConfig,
     CheckpointMetadata, CheckpointTuple, DecodeLimits, Error, ListOptions, PendingWrite, Result,
@@ -194,17 +194,9 @@ impl LangGraphSqliteSource {
         for row in &rows {
             let mut tuple = decode_row(row)?;
             tuple.pending_writes = self.writes(&tuple.config).await?;
-            if tuple.checkpoint.v < 4
-                && !tuple.checkpoint.channel_values.contains_key(TASKS)
-                && let Some(parent) = &tuple.parent_config
-            {
-                let sends: Vec<PendingWrite> = self
-                    .writes(parent)
-                    .await?
-                    .into_iter()
-                    .filter(|w| w.channel == TASKS)
-                    .collect();
-                migrate_sends(&mut tuple.checkpoint, sends.iter().map(|w| &w.value))?;
+            if let Some(parent) = sends_parent(&tuple).cloned() {
+                let writes = self.writes(&parent).await?;
+                apply_parent_sends(&mut tuple, &writes);
             }
             out.push(tuple);
         }
@@ -473,7 +465,7 @@ fn decode_msgpack_checkpoint(id: &str, bytes: &[u8]) -> Result<Checkpoint> {
                 )
             })
             .collect();
-        migrate_sends(&mut checkpoint, sends.iter())?;
+        migrate_pending_sends(&mut checkpoint, sends.iter());
     }
     Ok(checkpoint)
 }
@@ -505,70 +497,6 @@ fn decode_bin(bytes: &[u8]) -> Option<&[u8]> {
         .iter()
         .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
     (payload.len() == len).then_some(payload)
-}
-
-/// Checkpoints before format 4 kept their pending `Send`s out of the channels (in
-/// `pending_sends`, or as writes to [`TASKS`] on the parent checkpoint); LangGraph moves them
-/// into the `TASKS` channel when it loads such a checkpoint, at the newest version the
-/// checkpoint has. This does the same, so an imported checkpoint loads with its sends.
-fn migrate_sends<'a>(
-    checkpoint: &mut Checkpoint,
-    sends: impl ExactSizeIterator<Item = &'a TypedValue>,
-) -> Result<()> {
-    let sends: Vec<&TypedValue> = sends.collect();
-    let Some(first) = sends.first() else {
-        return Ok(());
-    };
-    let ty = first.type_tag.clone();
-    if sends.iter().any(|s| s.type_tag != ty) {
-        return Err(corrupt(
-            &checkpoint.id,
-            "its pending sends mix serializations",
-        ));
-    }
-    let list = match ty {
-        ValueType::Msgpack => {
-            let mut list = Vec::new();
-            let n = u32::try_from(sends.len())
-                .map_err(|_| corrupt(&checkpoint.id, "too many pending sends"))?;
-            rmp::encode::write_array_len(&mut list, n)
-                .map_err(|e| corrupt(&checkpoint.id, format!("encoding pending sends: {e}")))?;
-            for send in &sends {
-                list.extend_from_slice(&send.bytes);
-            }
-            list
-        }
-        ValueType::Json => {
-            let mut list = b"[".to_vec();
-            for (i, send) in sends.iter().enumerate() {
-                if i > 0 {
-                    list.push(b',');
-                }
-                list.extend_from_slice(&send.bytes);
-            }
-            list.push(b']');
-            list
-        }
-        other => {
-            return Err(corrupt(
-                &checkpoint.id,
-                format!("its pending sends are stored as {:?}", other.as_str()),
-            ));
-        }
-    };
-    let version = checkpoint
-        .channel_versions
-        .values()
-        .max()
-        .cloned()
-        .unwrap_or(ChannelVersion::Int(1));
-    checkpoint
-        .channel_values
-        .insert(TASKS.to_owned(), TypedValue::new(ty, Bytes::from(list)));
-    checkpoint
-        .channel_versions
-        .insert(TASKS.to_owned(), version);
-    Ok(())
 }
 
 /// A legacy JSON checkpoint (`langgraph-checkpoint` before 3): channel values kept as their
@@ -619,7 +547,7 @@ fn decode_json_checkpoint(id: &str, bytes: &[u8]) -> Result<Checkpoint> {
     };
     if checkpoint.v < 4 {
         let sends: Vec<TypedValue> = legacy.pending_sends.into_iter().map(json).collect();
-        migrate_sends(&mut checkpoint, sends.iter())?;
+        migrate_pending_sends(&mut checkpoint, sends.iter());
     }
     Ok(checkpoint)
 }
@@ -627,6 +555,7 @@ fn decode_json_checkpoint(id: &str, bytes: &[u8]) -> Result<Checkpoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use checkpoint_core::writes::TASKS;
 
     fn encode(v: &Value) -> Vec<u8> {
         let mut out = Vec::new();

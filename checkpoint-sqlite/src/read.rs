@@ -1,13 +1,16 @@
 //! Reads: `get_tuple` (one statement) and `list` (keyset-paginated, one statement a page),
 //! on the reader connections.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use checkpoint_core::backend::{Page, paged};
-use checkpoint_core::{BoxStream, CheckpointConfig, CheckpointTuple, ListOptions, Result};
+use checkpoint_core::backend::{Page, legacy, paged};
+use checkpoint_core::{
+    BoxStream, CheckpointConfig, CheckpointTuple, DeltaChannelHistory, ListOptions, Result,
+};
 use sqlx::{QueryBuilder, Sqlite};
 
-use crate::codec::decode_tuples;
+use crate::codec::{decode_delta, decode_tuples, decode_writes_rows};
 use crate::core::Inner;
 use crate::error::classify;
 use crate::keys::{IDENTIFIERS, entry};
@@ -50,11 +53,33 @@ pub(crate) async fn get_tuple(
         }
     }
     .map_err(classify)?;
-    let tuple = decode_tuples(&rows)?.into_iter().next();
+    let mut tuples = decode_tuples(&rows)?;
+    legacy_sends(inner, &mut tuples).await?;
+    let tuple = tuples.into_iter().next();
     if tuple.is_some() {
         refresh(inner, thread).await?;
     }
     Ok(tuple)
+}
+
+/// Checkpoints of a LangGraph format before 4 read with their parent's sends (see
+/// `checkpoint_core::backend::legacy`): one query per such checkpoint, none otherwise.
+async fn legacy_sends(inner: &Inner, tuples: &mut [CheckpointTuple]) -> Result<()> {
+    for tuple in tuples {
+        let Some(parent) = legacy::sends_parent(tuple).cloned() else {
+            continue;
+        };
+        let rows = sqlx::query(sql::PARENT_SENDS)
+            .bind(&parent.thread_id)
+            .bind(&parent.checkpoint_ns)
+            .bind(parent.checkpoint_id.as_deref())
+            .fetch_all(&inner.reader)
+            .await
+            .map_err(classify)?;
+        let writes = decode_writes_rows(&rows)?;
+        legacy::apply_parent_sends(tuple, &writes);
+    }
+    Ok(())
 }
 
 /// With `refresh_on_read`, restarts the TTL of a thread that was read.
@@ -249,7 +274,8 @@ async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
         .fetch_all(&st.inner.reader)
         .await
         .map_err(classify)?;
-    let tuples = decode_tuples(&rows)?;
+    let mut tuples = decode_tuples(&rows)?;
+    legacy_sends(&st.inner, &mut tuples).await?;
     if let Some(t) = tuples.last() {
         st.cursor = Some((
             t.checkpoint.id.clone(),
@@ -275,4 +301,36 @@ async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
         })
         .collect();
     Ok(Page::new(admitted, last))
+}
+
+pub(crate) async fn delta_channel_history(
+    inner: &Inner,
+    config: &CheckpointConfig,
+    channels: &[String],
+) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+    let thread = config.require_thread()?;
+    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
+        .iter()
+        .map(|c| (c.clone(), DeltaChannelHistory::default()))
+        .collect();
+    let ns = &config.checkpoint_ns;
+    let id = config.checkpoint_id.as_deref();
+    if out.is_empty()
+        || !IDENTIFIERS.storable(thread)
+        || !IDENTIFIERS.storable(ns)
+        || id.is_some_and(|id| !IDENTIFIERS.storable(id))
+    {
+        return Ok(out);
+    }
+    let wanted = serde_json::Value::from(out.keys().cloned().collect::<Vec<_>>()).to_string();
+    let rows = sqlx::query(&sql::DELTA_HISTORY)
+        .bind(thread)
+        .bind(ns)
+        .bind(id)
+        .bind(wanted)
+        .fetch_all(&inner.reader)
+        .await
+        .map_err(classify)?;
+    decode_delta(&rows, &mut out)?;
+    Ok(out)
 }

@@ -1,6 +1,7 @@
 //! [`SqliteSaver`]: opening, and the [`Saver`] implementation, which delegates to the read,
 //! write, maintenance and coordination modules.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -8,8 +9,8 @@ use std::time::Duration;
 
 use checkpoint_core::{
     BoxStream, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
-    CheckpointTuple, Claim, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
-    Result, Saver, TypedValue, async_trait,
+    CheckpointTuple, Claim, DeltaChannelHistory, Lease, ListOptions, PruneStrategy, PutOptions,
+    PutWritesOptions, Result, Saver, TypedValue, async_trait,
 };
 use sqlx::sqlite::SqlitePool;
 
@@ -138,6 +139,14 @@ impl Saver for SqliteSaver {
 
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
         read::list(Arc::clone(&self.inner), options)
+    }
+
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+        read::delta_channel_history(&self.inner, config, channels).await
     }
 
     async fn put(

@@ -123,6 +123,62 @@ pub(crate) const PUT_WRITES: &str =
 /// write does.
 pub(crate) const TOUCH: &str = "INSERT INTO checkpoint_touch VALUES (?1, ?2)";
 
+statement! {
+    /// The delta history (see `read::delta_channel_history`) of the channels `?4` (a JSON
+    /// array) for checkpoint `?3` (NULL: the latest) of `(?1 thread, ?2 namespace)`, in one
+    /// statement: a recursive walk up the parent links, carrying the channels whose walk is
+    /// still open, that stops where none is. Rows: `kind` (`w` a write, `s` a seed),
+    /// `depth` (0: the target's parent), channel, then the write's task path, task id and
+    /// index, then type and bytes.
+    DELTA_HISTORY = &format!("
+WITH RECURSIVE
+target AS (
+    SELECT c.parent_checkpoint_id AS parent FROM checkpoints c
+    WHERE c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND {LIVE}
+      AND c.checkpoint_id = coalesce(?3, (
+          SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2))
+),
+chain(id, parent, cp, open, depth) AS (
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, json(?4), 0
+    FROM target CROSS JOIN checkpoints c
+      ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = target.parent
+    UNION ALL
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
+           (SELECT json_group_array(o.value) FROM json_each(chain.open) o
+            WHERE NOT EXISTS ({STORED_HERE})),
+           chain.depth + 1
+    FROM chain CROSS JOIN checkpoints c
+      ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = chain.parent
+    -- Ids only decrease along parent links: the walk ends even in a damaged file.
+    WHERE chain.open <> '[]' AND c.checkpoint_id < chain.id
+)
+SELECT 'w' AS kind, chain.depth, w.channel, w.task_path, w.task_id, w.idx, w.type, w.blob
+FROM chain CROSS JOIN json_each(chain.open) o CROSS JOIN checkpoint_writes w
+  ON w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = chain.id
+ AND w.channel = o.value
+UNION ALL
+SELECT 's', chain.depth, b.channel, NULL, NULL, NULL, b.type, b.blob
+FROM chain CROSS JOIN json_each(chain.open) o
+CROSS JOIN json_each(chain.cp, '$.cv') v ON v.key = o.value
+CROSS JOIN checkpoint_blobs b
+  ON b.thread_id = ?1 AND b.checkpoint_ns = ?2 AND b.channel = o.value AND b.version = v.value
+WHERE b.type IS NOT NULL")
+}
+
+/// Whether channel `o.value` has a stored value at checkpoint `chain` (used inside
+/// [`DELTA_HISTORY`]).
+const STORED_HERE: &str = "SELECT 1 FROM json_each(chain.cp, '$.cv') v \
+     CROSS JOIN checkpoint_blobs b ON b.thread_id = ?1 AND b.checkpoint_ns = ?2 \
+     AND b.channel = o.value AND b.version = v.value \
+     WHERE v.key = o.value AND b.type IS NOT NULL";
+
+/// The pending writes to `__pregel_tasks` of checkpoint `?3` of `(?1 thread, ?2
+/// namespace)`: the sends of a child of a format before 4.
+pub(crate) const PARENT_SENDS: &str = "SELECT task_id, idx, task_path, channel, type, blob
+     FROM checkpoint_writes
+     WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3
+       AND channel = '__pregel_tasks'";
+
 /// Deletes every row of thread `?1` (not its lease).
 pub(crate) const DELETE_THREAD: &str = "INSERT INTO checkpoint_forget_thread VALUES (?1)";
 
@@ -148,6 +204,58 @@ SELECT ?1, checkpoint_ns, checkpoint_id FROM (
            row_number() OVER (PARTITION BY checkpoint_ns ORDER BY checkpoint_id DESC) AS rn
     FROM checkpoints WHERE thread_id = ?1
 ) WHERE rn > ?2;";
+
+/// Takes out of `temp.doomed` every checkpoint of thread `?1` that a checkpoint staying
+/// needs for its delta channels (see `checkpoint_core::delta::needed_ancestors`): for each
+/// channel a staying checkpoint needs history for (the keys of its
+/// `counters_since_delta_snapshot` metadata; with `delta_writes_versioned` and no
+/// counters, each channel it names without storing it), its ancestors up to the nearest
+/// one storing the channel, and what those need in turn.
+pub(crate) const RESCUE_NEEDED: &str = "
+WITH RECURSIVE
+needs(ns, id, channel) AS (
+    SELECT c.checkpoint_ns, c.checkpoint_id, n.key
+    FROM checkpoints c, json_each(c.metadata, '$.counters_since_delta_snapshot') n
+    WHERE c.thread_id = ?1
+      AND json_type(c.metadata, '$.counters_since_delta_snapshot') = 'object'
+    UNION
+    SELECT c.checkpoint_ns, c.checkpoint_id, v.key
+    FROM checkpoints c, json_each(c.checkpoint, '$.cv') v
+    WHERE c.thread_id = ?1 AND json_extract(c.metadata, '$.delta_writes_versioned') IS 1
+      AND NOT EXISTS (SELECT 1 FROM json_each(c.metadata, '$.counters_since_delta_snapshot'))
+      AND NOT EXISTS (
+          SELECT 1 FROM checkpoint_blobs b
+          WHERE b.thread_id = ?1 AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key
+            AND b.version = v.value AND b.type IS NOT NULL)
+),
+walk(ns, id, channel) AS (
+    SELECT c.checkpoint_ns, c.parent_checkpoint_id, n.channel
+    FROM checkpoints c CROSS JOIN needs n ON n.ns = c.checkpoint_ns AND n.id = c.checkpoint_id
+    WHERE c.thread_id = ?1 AND c.parent_checkpoint_id IS NOT NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM temp.doomed d
+          WHERE d.thread_id = ?1 AND d.checkpoint_ns = c.checkpoint_ns
+            AND d.checkpoint_id = c.checkpoint_id)
+    UNION
+    -- The walk goes on above a checkpoint that does not store the channel.
+    SELECT w.ns, c.parent_checkpoint_id, w.channel
+    FROM walk w CROSS JOIN checkpoints c
+      ON c.thread_id = ?1 AND c.checkpoint_ns = w.ns AND c.checkpoint_id = w.id
+    WHERE c.parent_checkpoint_id IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM json_each(c.checkpoint, '$.cv') v CROSS JOIN checkpoint_blobs b
+          ON b.thread_id = ?1 AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key
+         AND b.version = v.value
+        WHERE v.key = w.channel AND b.type IS NOT NULL)
+    UNION
+    -- A needed checkpoint needs its own history too.
+    SELECT w.ns, c.parent_checkpoint_id, n.channel
+    FROM walk w CROSS JOIN checkpoints c
+      ON c.thread_id = ?1 AND c.checkpoint_ns = w.ns AND c.checkpoint_id = w.id
+    CROSS JOIN needs n ON n.ns = c.checkpoint_ns AND n.id = c.checkpoint_id
+    WHERE c.parent_checkpoint_id IS NOT NULL
+)
+DELETE FROM temp.doomed
+WHERE thread_id = ?1 AND (checkpoint_ns, checkpoint_id) IN (SELECT ns, id FROM walk)";
 
 /// Deletes the checkpoints in `temp.doomed` with their metadata entries, then, in every
 /// namespace that lost one, the pending writes of checkpoints that do not exist and the

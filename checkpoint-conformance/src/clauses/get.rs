@@ -131,3 +131,76 @@ pub async fn get_tuple_without_thread_is_rejected(f: &dyn SaverFactory) {
     let r = s.get_tuple(&CheckpointConfig::default()).await;
     assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
 }
+
+/// A checkpoint of a LangGraph format before 4 reads with the `Send`s its parent's pending
+/// writes to `__pregel_tasks` hold, moved into that channel as one list in
+/// `(task_path, task_id, idx)` order, at the checkpoint's newest version, as LangGraph's
+/// savers read it; nothing is written back, and checkpoints of format 4 are read as stored.
+pub async fn get_tuple_moves_sends_of_format_3_into_the_tasks_channel(f: &dyn SaverFactory) {
+    use checkpoint_core::writes::TASKS;
+    use checkpoint_core::{
+        CheckpointMetadata, ListOptions, PutOptions, PutWritesOptions, SaverExt,
+    };
+
+    let s = build(f).await;
+    let send = |node: &str| val(json!({"node": node, "arg": {"n": 1}}));
+    let put =
+        |parent: Option<CheckpointConfig>, prev: Option<checkpoint_core::Checkpoint>, v: u32| {
+            let s = s.clone();
+            async move {
+                let (mut c, versions) =
+                    crate::fixtures::step(prev.as_ref(), &[("x", Some(val(json!(1))))]);
+                c.v = v;
+                let at = parent.unwrap_or_else(|| cfg("legacy", ""));
+                let config = s
+                    .put(
+                        &at,
+                        c.clone(),
+                        CheckpointMetadata::new(),
+                        versions,
+                        PutOptions::new(),
+                    )
+                    .await
+                    .unwrap();
+                (config, c)
+            }
+        };
+    let (c0, p0) = put(None, None, 3).await;
+    for (task, path, nodes) in [
+        ("task-b", "", &["b"][..]),
+        ("task-a", "", &["a1", "a2"][..]),
+        ("task-0", "~1", &["z"][..]),
+    ] {
+        let writes = nodes.iter().map(|n| (TASKS.to_owned(), send(n))).collect();
+        s.put_writes(&c0, writes, task, PutWritesOptions::new().task_path(path))
+            .await
+            .unwrap();
+    }
+    let (c1, p1) = put(Some(c0.clone()), Some(p0.clone()), 3).await;
+    let mut expected = Vec::new();
+    expected.push(0x94); // a MessagePack array of 4
+    for n in ["a1", "a2", "b", "z"] {
+        expected.extend_from_slice(&send(n).bytes);
+    }
+    let t = s.get_tuple(&c1).await.unwrap().unwrap();
+    assert_eq!(
+        t.checkpoint.channel_values[TASKS].bytes.as_ref(),
+        &expected[..]
+    );
+    assert_eq!(
+        t.checkpoint.channel_versions[TASKS],
+        p1.channel_versions.values().max().cloned().unwrap()
+    );
+    assert_eq!(t.checkpoint.channel_values["x"], val(json!(1)));
+    // The same through list; the first checkpoint (no parent) is read as stored.
+    let all = s.list_all(ListOptions::thread("legacy")).await.unwrap();
+    assert_eq!(all[0].checkpoint, t.checkpoint);
+    assert!(!all[1].checkpoint.channel_values.contains_key(TASKS));
+    assert_eq!(all[1].checkpoint.channel_versions, p0.channel_versions);
+    // Format 4: the sends are pending writes and stay so.
+    let (c2, _) = put(Some(c0.clone()), Some(p0), 4).await;
+    let t = s.get_tuple(&c2).await.unwrap().unwrap();
+    assert!(!t.checkpoint.channel_values.contains_key(TASKS));
+    assert!(!t.checkpoint.channel_versions.contains_key(TASKS));
+    let _ = c1;
+}

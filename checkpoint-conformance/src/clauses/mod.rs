@@ -3,6 +3,7 @@
 
 pub mod beyond;
 pub mod coordination;
+pub mod delta;
 pub mod extended;
 pub mod get;
 pub mod hostile;

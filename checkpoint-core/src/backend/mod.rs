@@ -11,10 +11,12 @@
 //! * [`canonical_json`] and [`digest128`]: the text of a metadata condition such that
 //!   values equal under [`json_equal`](crate::json_equal) get equal text, and a stable
 //!   128-bit digest for entries too long to index as they are;
-//! * [`msgpack`](crate::msgpack): walking stored MessagePack without decoding it.
+//! * [`msgpack`](crate::msgpack): walking stored MessagePack without decoding it;
+//! * [`legacy`]: reading checkpoints of LangGraph's formats before 4.
 
 mod checks;
 mod index;
+pub mod legacy;
 mod paging;
 
 pub use checks::{

@@ -1,9 +1,10 @@
 //! [`InMemorySaver`]: the reference implementation of the [`Saver`] contract.
 
+mod delta;
 mod list;
 mod store;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
@@ -16,8 +17,8 @@ use crate::backend::{
 use crate::writes::{replaces_existing, write_index};
 use crate::{
     Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
-    CheckpointTuple, Claim, Error, Lease, ListOptions, PruneStrategy, PutMode, PutOptions,
-    PutWritesOptions, Result, Saver, TypedValue,
+    CheckpointTuple, Claim, DeltaChannelHistory, Error, Lease, ListOptions, PruneStrategy, PutMode,
+    PutOptions, PutWritesOptions, Result, Saver, TypedValue,
 };
 use list::{Cursor, next_page};
 use store::{LeaseState, LedgerEntry, LedgerState, Store, Stored, StoredWrite, ThreadData};
@@ -118,6 +119,20 @@ impl Saver for InMemorySaver {
             },
         };
         Ok(data.tuple(thread_id, &config.checkpoint_ns, id))
+    }
+
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+        let thread_id = config.require_thread()?;
+        let store = self.read();
+        let data = store
+            .threads
+            .get(thread_id)
+            .and_then(|t| t.namespaces.get(&config.checkpoint_ns));
+        delta::history(data, config.checkpoint_id.as_deref(), channels)
     }
 
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
@@ -300,7 +315,15 @@ impl Saver for InMemorySaver {
             let mut removed = Vec::new();
             for (ns, data) in &mut thread.namespaces {
                 let cut = data.checkpoints.len().saturating_sub(keep);
-                let doomed: HashSet<String> = data.checkpoints.keys().take(cut).cloned().collect();
+                // What the kept checkpoints' delta channels need stays too.
+                let needed = data.delta_needed(data.checkpoints.keys().skip(cut).cloned());
+                let doomed: HashSet<String> = data
+                    .checkpoints
+                    .keys()
+                    .take(cut)
+                    .filter(|id| !needed.contains(*id))
+                    .cloned()
+                    .collect();
                 let ids = data.remove_where(|id, _| doomed.contains(id));
                 if keep == 0 {
                     data.writes.clear();
@@ -324,8 +347,15 @@ impl Saver for InMemorySaver {
         let mut removed = Vec::new();
         for (thread_id, thread) in &mut store.threads {
             for (ns, data) in &mut thread.namespaces {
-                let ids =
-                    data.remove_where(|_, s| s.metadata.run_id().is_some_and(|r| runs.contains(r)));
+                let of_runs = |s: &Stored| s.metadata.run_id().is_some_and(|r| runs.contains(r));
+                // What the remaining checkpoints' delta channels need stays.
+                let remaining = data
+                    .checkpoints
+                    .iter()
+                    .filter(|(_, s)| !of_runs(s))
+                    .map(|(id, _)| id.clone());
+                let needed = data.delta_needed(remaining.collect::<Vec<_>>());
+                let ids = data.remove_where(|id, s| of_runs(s) && !needed.contains(id));
                 if !ids.is_empty() {
                     removed.push((thread_id.clone(), ns.clone(), ids));
                 }

@@ -4,6 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
+use crate::backend::legacy;
+use crate::delta;
 use crate::{
     ChannelVersion, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, Error,
     PendingWrite, Result, TypedValue,
@@ -102,13 +104,65 @@ impl NsData {
                 .with_ns(ns)
                 .with_checkpoint_id(id)
         };
-        Some(CheckpointTuple {
+        let mut tuple = CheckpointTuple {
             config: address(id),
             checkpoint,
             metadata: stored.metadata.clone(),
             parent_config: stored.parent.as_deref().map(address),
             pending_writes,
-        })
+        };
+        // A checkpoint of a format before 4 reads with its parent's sends, as LangGraph's
+        // savers read it.
+        if legacy::sends_parent(&tuple).is_some()
+            && let Some(parent) = stored.parent.as_deref()
+        {
+            let writes: Vec<PendingWrite> = self
+                .writes
+                .get(parent)
+                .into_iter()
+                .flatten()
+                .map(|((task_id, idx), w)| PendingWrite {
+                    task_id: task_id.clone(),
+                    channel: w.channel.clone(),
+                    value: w.value.clone(),
+                    idx: *idx,
+                    task_path: w.task_path.clone(),
+                })
+                .collect();
+            legacy::apply_parent_sends(&mut tuple, &writes);
+        }
+        Some(tuple)
+    }
+
+    /// Whether checkpoint `id` stores a value for `channel`.
+    fn stores(&self, id: &str, channel: &str) -> bool {
+        self.checkpoints
+            .get(id)
+            .and_then(|s| s.checkpoint.channel_versions.get(channel))
+            .and_then(|v| self.blobs.get(channel).and_then(|b| b.get(v)))
+            .is_some_and(Option::is_some)
+    }
+
+    /// The checkpoints `kept` need for their delta channels (see
+    /// [`needed_ancestors`](crate::delta::needed_ancestors)).
+    pub(super) fn delta_needed(&self, kept: impl IntoIterator<Item = String>) -> BTreeSet<String> {
+        delta::needed_ancestors(
+            kept,
+            |id| self.checkpoints.get(id).and_then(|s| s.parent.clone()),
+            |id| {
+                self.checkpoints
+                    .get(id)
+                    .map(|s| {
+                        delta::channels_needing_history(
+                            &s.metadata,
+                            &s.checkpoint.channel_versions,
+                            |c| self.stores(id, c),
+                        )
+                    })
+                    .unwrap_or_default()
+            },
+            |id, channel| self.stores(id, channel),
+        )
     }
 
     /// Removes checkpoints for which `drop` is true, with their writes, then values no

@@ -1,5 +1,5 @@
--- `prune` of one thread: keeps the newest `keep` checkpoints of each namespace.
--- Arguments: `PruneArgs` in scripts.rs.
+-- `prune` of one thread: keeps the newest `keep` checkpoints of each namespace, and what
+-- those need for their delta channels. Arguments: `PruneArgs` in scripts.rs.
 local ethread, keep = ARGV[1], tonumber(ARGV[2])
 if keep == 0 then
   wipe(ethread)
@@ -17,16 +17,23 @@ while true do
   if redis.call('ZLEXCOUNT', MI, lo, hi) > keep then
     -- Newest first; index entries without a record (see head_idp) are dropped and never
     -- count toward `keep`.
-    local kept = 0
+    local kept, rest = {}, {}
     for _, m in ipairs(redis.call('ZREVRANGEBYLEX', MI, hi, lo)) do
       local tref = string.sub(m, #p + 1) .. nsp
-      if kept < keep then
+      if #kept < keep then
         if redis.call('HEXISTS', CP, tref) == 1 then
-          kept = kept + 1
+          kept[#kept + 1] = tref
         else
           redis.call('ZREM', MI, m, BYID .. tref)
         end
       else
+        rest[#rest + 1] = {m, tref}
+      end
+    end
+    local needed = delta_needed(kept, nsp)
+    for _, e in ipairs(rest) do
+      local m, tref = e[1], e[2]
+      if not needed[tref] then
         local rec = redis.call('HGET', CP, tref)
         if rec then
           delete_checkpoint(tref, rec, ethread, candidates)

@@ -201,6 +201,36 @@ impl Args for GetArgs<'_> {
     }
 }
 
+/// `delta.lua`.
+pub(crate) struct DeltaArgs<'a> {
+    pub(crate) ttl_ms: u64,
+    pub(crate) refresh: bool,
+    pub(crate) ns: &'a str,
+    /// `None`: the namespace's latest.
+    pub(crate) id: Option<&'a str>,
+    pub(crate) channels: &'a [&'a str],
+}
+
+impl Args for DeltaArgs<'_> {
+    fn script() -> &'static Lua {
+        &SCRIPTS.delta
+    }
+
+    fn argv(self) -> Vec<Vec<u8>> {
+        let mut argv = vec![
+            number(self.ttl_ms),
+            flag(self.refresh),
+            esc(self.ns),
+            self.id.map(esc).unwrap_or_default(),
+        ];
+        for channel in self.channels {
+            argv.push(channel.as_bytes().to_vec());
+            argv.push(esc(channel));
+        }
+        argv
+    }
+}
+
 /// How `list.lua` walks a thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ThreadScan {

@@ -77,7 +77,8 @@ macro_rules! lua {
     // The maintenance scripts, which run rarely, get every helper.
     ($name:literal, $header:ident, all) => {
         lua!($name, $header, [
-            "guard", "base", "global", "thread", "chunk", "load", "sweep", "delete", "scan"
+            "guard", "base", "global", "thread", "chunk", "load", "sweep", "delete", "scan",
+            "delta"
         ])
     };
 }
@@ -89,6 +90,7 @@ pub(crate) struct Scripts {
     pub(crate) touch: Lua,
     pub(crate) put_writes: Lua,
     pub(crate) get: Lua,
+    pub(crate) delta: Lua,
     pub(crate) list: Lua,
     pub(crate) gscan: Lua,
     pub(crate) gindex: Lua,
@@ -115,6 +117,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     put_writes: lua!("put_writes", thread, ["guard"]),
     touch: lua!("touch", thread, ["guard"]),
     get: lua!("get", thread, ["guard", "base", "thread", "chunk", "load"]),
+    delta: lua!(
+        "delta",
+        thread,
+        ["guard", "base", "thread", "chunk", "load"]
+    ),
     list: lua!("list", thread, ["guard", "base", "thread", "scan"]),
     gscan: lua!("gscan", global, ["base", "scan"]),
     gindex: lua!("gindex", global, ["base", "global"]),
@@ -134,12 +141,13 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 
 impl Scripts {
     /// Every script, for preloading with `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Lua; 19] {
+    pub(crate) fn all(&self) -> [&Lua; 20] {
         [
             &self.put,
             &self.touch,
             &self.put_writes,
             &self.get,
+            &self.delta,
             &self.list,
             &self.gscan,
             &self.gindex,
@@ -214,6 +222,6 @@ mod tests {
         assert!(SCRIPTS.prune.code.contains("local function sweep"));
         let hashes: std::collections::BTreeSet<&str> =
             SCRIPTS.all().iter().map(|l| l.hash()).collect();
-        assert_eq!(hashes.len(), 19, "every script differs");
+        assert_eq!(hashes.len(), SCRIPTS.all().len(), "every script differs");
     }
 }

@@ -482,6 +482,15 @@ impl<S: Saver> Saver for SanitizeOnLoad<S> {
         Ok(self.get_tuple_with_report(config).await?.map(|(t, _)| t))
     }
 
+    /// Forwarded unchanged: the history is the raw input of the runtime's reconstruction.
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<std::collections::BTreeMap<String, checkpoint_core::DeltaChannelHistory>> {
+        self.inner.delta_channel_history(config, channels).await
+    }
+
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
         self.list_with_reports(options)
             .map(|item| item.map(|(t, _)| t))

@@ -405,6 +405,15 @@ impl<S: Saver> Saver for SkipUnsafePut<S> {
         self.inner.get_tuple(config).await
     }
 
+    /// Forwarded unchanged: the history is the raw input of the runtime's reconstruction.
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<std::collections::BTreeMap<String, checkpoint_core::DeltaChannelHistory>> {
+        self.inner.delta_channel_history(config, channels).await
+    }
+
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
         self.inner.list(options)
     }

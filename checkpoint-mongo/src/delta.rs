@@ -1,0 +1,366 @@
+//! `delta_channel_history` in a handful of queries whatever the depth of the walk: the
+//! namespace's checkpoints are read newest first in pages of [`PAGE`] (id, parent and
+//! version map only), the walk up the parent links runs here, one query per stretch of the
+//! walk tells which of the versions named on the way are stored values, and two more fetch
+//! the pending writes of the checkpoints walked and the seeds (one more only for chunked
+//! values).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use futures::stream::TryStreamExt;
+use mongodb::bson::{Document, doc, oid::ObjectId};
+
+use checkpoint_core::{
+    ChannelVersion, ChannelVersions, CheckpointConfig, DeltaChannelHistory, PendingWrite, Result,
+    TypedValue,
+};
+
+use crate::chunk;
+use crate::codec::{self, Stored};
+use crate::core::Inner;
+use crate::error::MongoError;
+use crate::keys;
+
+/// Checkpoints one page of the walk reads.
+const PAGE: i64 = 256;
+
+/// One checkpoint on the walk.
+struct Node {
+    id: String,
+    parent: Option<String>,
+    versions: ChannelVersions,
+}
+
+pub(crate) async fn delta_channel_history(
+    inner: &Inner,
+    config: &CheckpointConfig,
+    channels: &[String],
+) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+    let thread = config.require_thread()?;
+    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
+        .iter()
+        .map(|c| (c.clone(), DeltaChannelHistory::default()))
+        .collect();
+    if !out.is_empty() {
+        walk(inner, thread, config, &mut out).await?;
+    }
+    Ok(out)
+}
+
+async fn walk(
+    inner: &Inner,
+    thread: &str,
+    config: &CheckpointConfig,
+    out: &mut BTreeMap<String, DeltaChannelHistory>,
+) -> Result<(), MongoError> {
+    let ns = config.checkpoint_ns.as_str();
+    let mut page = Page::read(inner, thread, ns, config.checkpoint_id.as_deref()).await?;
+    let Some(target) = page.newest() else {
+        return Ok(());
+    };
+    if config
+        .checkpoint_id
+        .as_ref()
+        .is_some_and(|id| id != &target.id)
+    {
+        return Ok(()); // no such checkpoint
+    }
+    let mut child = target.id.clone();
+    let mut cursor = target.parent.clone();
+    let mut open: BTreeSet<String> = out.keys().cloned().collect();
+    // Per checkpoint walked, newest first: its id and the channels open there.
+    let mut walked: Vec<(String, BTreeSet<String>)> = Vec::new();
+    let mut seeds: Vec<(String, String)> = Vec::new();
+    while let Some(from) = cursor.clone() {
+        if open.is_empty() {
+            break;
+        }
+        let stretch = page.stretch(&from, &child);
+        if stretch.is_empty() {
+            // The parent is beyond this page (then read the next one) or not stored.
+            if !page.ends_before(&from) {
+                break;
+            }
+            page = Page::read(inner, thread, ns, Some(&from)).await?;
+            if page.newest().is_none_or(|n| n.id != from) {
+                break;
+            }
+            continue;
+        }
+        // One query tells which versions the open channels name along the stretch are
+        // stored values.
+        let stored = stored_versions(inner, thread, ns, &stretch, &open).await?;
+        for node in &stretch {
+            if open.is_empty() {
+                break;
+            }
+            walked.push((node.id.clone(), open.clone()));
+            let closing: Vec<(String, String)> = open
+                .iter()
+                .filter_map(|c| {
+                    let key = value_key(thread, ns, c, node.versions.get(c)?);
+                    stored.contains(&key).then(|| (c.clone(), key))
+                })
+                .collect();
+            for (channel, key) in closing {
+                open.remove(&channel);
+                seeds.push((channel, key));
+            }
+            child = node.id.clone();
+            cursor = node.parent.clone();
+        }
+    }
+    let writes = writes_of(inner, thread, ns, &walked).await?;
+    let seed_values = values_of(inner, thread, seeds.iter().map(|(_, k)| k.clone())).await?;
+    for (checkpoint, _) in walked.iter().rev() {
+        for w in writes.get(checkpoint).into_iter().flatten() {
+            if let Some(h) = out.get_mut(&w.channel) {
+                h.writes.push(w.clone());
+            }
+        }
+    }
+    for (channel, key) in seeds {
+        if let (Some(h), Some(v)) = (out.get_mut(&channel), seed_values.get(&key)) {
+            h.seed = Some(v.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Up to [`PAGE`] checkpoints of a namespace, newest first from some id down.
+struct Page {
+    nodes: HashMap<String, Node>,
+    newest: Option<String>,
+    oldest: Option<String>,
+    full: bool,
+}
+
+impl Page {
+    /// The namespace's checkpoints from `from` (included; `None`: the latest) down: ids,
+    /// parents and version maps.
+    async fn read(
+        inner: &Inner,
+        thread: &str,
+        ns: &str,
+        from: Option<&str>,
+    ) -> Result<Self, MongoError> {
+        let mut filter = doc! { "t": thread, "n": ns };
+        if let Some(from) = from {
+            filter.insert("c", doc! { "$lte": from });
+        }
+        let docs: Vec<Document> = inner
+            .checkpoints
+            .find(filter)
+            .sort(doc! { "c": -1 })
+            .limit(PAGE)
+            .projection(doc! { "t": 1, "n": 1, "c": 1, "s": 1, "p": 1, "cp": 1, "md": 1 })
+            .await?
+            .try_collect()
+            .await?;
+        let full = i64::try_from(docs.len()).unwrap_or(i64::MAX) >= PAGE;
+        let mut nodes = HashMap::with_capacity(docs.len());
+        for d in docs {
+            let row = codec::checkpoint_row(d)?;
+            nodes.insert(
+                row.id.clone(),
+                Node {
+                    id: row.id,
+                    parent: row.parent,
+                    versions: row.checkpoint.channel_versions,
+                },
+            );
+        }
+        Ok(Self {
+            newest: nodes.keys().max().cloned(),
+            oldest: nodes.keys().min().cloned(),
+            nodes,
+            full,
+        })
+    }
+
+    fn newest(&self) -> Option<&Node> {
+        self.nodes.get(self.newest.as_ref()?)
+    }
+
+    /// Whether `id` may be stored below what this page holds.
+    fn ends_before(&self, id: &str) -> bool {
+        self.full && self.oldest.as_deref().is_some_and(|o| id < o)
+    }
+
+    /// The chain from `from` up the parent links, as far as this page holds it; ids must
+    /// decrease (below `child` first), so the walk ends even on damaged documents.
+    fn stretch(&self, from: &str, child: &str) -> Vec<&Node> {
+        let mut out: Vec<&Node> = Vec::new();
+        let mut at = Some(from);
+        let mut below = child;
+        while let Some(id) = at {
+            let Some(node) = self.nodes.get(id) else {
+                break;
+            };
+            if node.id.as_str() >= below {
+                break;
+            }
+            out.push(node);
+            below = &node.id;
+            at = node.parent.as_deref();
+        }
+        out
+    }
+}
+
+fn value_key(thread: &str, ns: &str, channel: &str, version: &ChannelVersion) -> String {
+    keys::doc_id(&[thread, ns, channel, &keys::version_key(version)])
+}
+
+/// Which of the versions the open channels name along `stretch` are stored values (not
+/// removed): their value keys.
+async fn stored_versions(
+    inner: &Inner,
+    thread: &str,
+    ns: &str,
+    stretch: &[&Node],
+    open: &BTreeSet<String>,
+) -> Result<HashSet<String>, MongoError> {
+    let keys: BTreeSet<String> = stretch
+        .iter()
+        .flat_map(|n| {
+            open.iter()
+                .filter_map(|c| n.versions.get(c).map(|v| value_key(thread, ns, c, v)))
+        })
+        .collect();
+    if keys.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let docs: Vec<Document> = inner
+        .values
+        .find(doc! { "_id": { "$in": keys.into_iter().collect::<Vec<_>>() }, "t": thread, "ty": { "$exists": true } })
+        .projection(doc! { "_id": 1 })
+        .await?
+        .try_collect()
+        .await?;
+    docs.into_iter()
+        .map(|mut d| codec::take_string(&mut d, "_id", "value document"))
+        .collect()
+}
+
+/// The pending writes of the channels open at each walked checkpoint, per checkpoint id,
+/// in the contract's order.
+pub(crate) async fn writes_of(
+    inner: &Inner,
+    thread: &str,
+    ns: &str,
+    walked: &[(String, BTreeSet<String>)],
+) -> Result<HashMap<String, Vec<PendingWrite>>, MongoError> {
+    let mut out: HashMap<String, Vec<PendingWrite>> = HashMap::new();
+    if walked.is_empty() {
+        return Ok(out);
+    }
+    let open_at: HashMap<String, (&String, &BTreeSet<String>)> = walked
+        .iter()
+        .map(|(id, open)| (keys::doc_id(&[thread, ns, id]), (id, open)))
+        .collect();
+    let docs: Vec<Document> = inner
+        .writes
+        .find(doc! { "a": { "$in": open_at.keys().cloned().collect::<Vec<_>>() }, "t": thread })
+        .projection(doc! { "a": 1, "k": 1, "r": 1, "w": 1 })
+        .await?
+        .try_collect()
+        .await?;
+    let mut rows = Vec::with_capacity(docs.len());
+    let mut blobs: BTreeSet<(String, ObjectId)> = BTreeSet::new();
+    for mut d in docs {
+        let address = codec::take_string(&mut d, "a", "pending writes document")?;
+        let Some((id, open)) = open_at.get(&address) else {
+            continue;
+        };
+        let mut row = codec::writes_row(d)?;
+        row.entries.retain(|e| open.contains(&e.channel));
+        for e in &row.entries {
+            if let Some(b) = e.blob() {
+                blobs.insert((thread.to_owned(), b));
+            }
+        }
+        rows.push(((*id).clone(), row));
+    }
+    let chunks = chunk::fetch_chunks(inner, &blobs).await?;
+    for (id, row) in rows {
+        for e in row.entries {
+            let value = resolve(&chunks, thread, &e.value)?
+                .ok_or_else(|| MongoError::corrupt("pending write", "no value"))?;
+            out.entry(id.clone()).or_default().push(PendingWrite {
+                task_id: row.task_id.clone(),
+                channel: e.channel,
+                value,
+                idx: e.idx,
+                task_path: e.task_path,
+            });
+        }
+    }
+    for writes in out.values_mut() {
+        writes.sort_by(|a, b| {
+            (&a.task_path, &a.task_id, a.idx).cmp(&(&b.task_path, &b.task_id, b.idx))
+        });
+    }
+    Ok(out)
+}
+
+/// The values stored under `keys`, chunked ones joined.
+async fn values_of(
+    inner: &Inner,
+    thread: &str,
+    keys: impl Iterator<Item = String>,
+) -> Result<HashMap<String, TypedValue>, MongoError> {
+    let keys: Vec<String> = keys.collect();
+    let mut out = HashMap::new();
+    if keys.is_empty() {
+        return Ok(out);
+    }
+    let docs: Vec<Document> = inner
+        .values
+        .find(doc! { "_id": { "$in": keys }, "t": thread })
+        .projection(doc! { "_id": 1, "ty": 1, "d": 1, "len": 1, "b": 1, "nc": 1 })
+        .await?
+        .try_collect()
+        .await?;
+    let mut stored = Vec::with_capacity(docs.len());
+    let mut blobs = BTreeSet::new();
+    for mut d in docs {
+        let id = codec::take_string(&mut d, "_id", "value document")?;
+        let value = codec::get_value(&mut d, "value document")?;
+        if let Stored::Chunked { blob, .. } = &value {
+            blobs.insert((thread.to_owned(), *blob));
+        }
+        stored.push((id, value));
+    }
+    let chunks = chunk::fetch_chunks(inner, &blobs).await?;
+    for (id, value) in stored {
+        if let Some(v) = resolve(&chunks, thread, &value)? {
+            out.insert(id, v);
+        }
+    }
+    Ok(out)
+}
+
+/// A stored value, its chunks joined (`None`: removed).
+pub(crate) fn resolve(
+    chunks: &HashMap<(String, ObjectId), Vec<Vec<u8>>>,
+    thread: &str,
+    stored: &Stored,
+) -> Result<Option<TypedValue>, MongoError> {
+    match stored {
+        Stored::Removed => Ok(None),
+        Stored::Inline(v) => Ok(Some(v.clone())),
+        Stored::Chunked {
+            type_tag,
+            len,
+            blob,
+            count,
+        } => {
+            let parts = chunks
+                .get(&(thread.to_owned(), *blob))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            chunk::join_chunks(type_tag.clone(), *len, *count, parts).map(Some)
+        }
+    }
+}
