@@ -27,6 +27,34 @@ pub struct DeltaChannelHistory {
     pub writes: Vec<PendingWrite>,
 }
 
+/// One empty history (no seed, no writes) per channel of `channels`: the answer for a target
+/// that does not exist, and what an implementation fills in.
+pub fn empty(channels: &[String]) -> BTreeMap<String, DeltaChannelHistory> {
+    channels
+        .iter()
+        .map(|c| (c.clone(), DeltaChannelHistory::default()))
+        .collect()
+}
+
+/// Adds `writes` to the histories of their channels in the contract's order: each write
+/// comes with the depth of its checkpoint below the target (the parent is 0), deepest first,
+/// and a checkpoint's writes in `(task_path, task_id, idx)` order. Writes of channels `out`
+/// has no entry for are dropped.
+pub fn push_writes<D: Ord>(
+    out: &mut BTreeMap<String, DeltaChannelHistory>,
+    mut writes: Vec<(D, PendingWrite)>,
+) {
+    writes.sort_by(|(da, a), (db, b)| {
+        db.cmp(da)
+            .then_with(|| (&a.task_path, &a.task_id, a.idx).cmp(&(&b.task_path, &b.task_id, b.idx)))
+    });
+    for (_, w) in writes {
+        if let Some(h) = out.get_mut(&w.channel) {
+            h.writes.push(w);
+        }
+    }
+}
+
 /// [`Saver::delta_channel_history`] computed with [`Saver::get_tuple`] alone: one call for the
 /// target and one per ancestor visited, each ancestor visited once for all channels. This is
 /// the definition the native implementations are tested against.
@@ -62,10 +90,7 @@ pub async fn walk<S: Saver + ?Sized>(
     channels: &[String],
 ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
     config.require_thread()?;
-    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
-        .iter()
-        .map(|c| (c.clone(), DeltaChannelHistory::default()))
-        .collect();
+    let mut out: BTreeMap<String, DeltaChannelHistory> = empty(channels);
     if out.is_empty() {
         return Ok(out);
     }

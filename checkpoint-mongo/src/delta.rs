@@ -37,10 +37,7 @@ pub(crate) async fn delta_channel_history(
     channels: &[String],
 ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
     let thread = config.require_thread()?;
-    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
-        .iter()
-        .map(|c| (c.clone(), DeltaChannelHistory::default()))
-        .collect();
+    let mut out: BTreeMap<String, DeltaChannelHistory> = checkpoint_core::delta::empty(channels);
     if !out.is_empty() {
         walk(inner, thread, config, &mut out).await?;
     }

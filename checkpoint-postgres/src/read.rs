@@ -226,10 +226,7 @@ pub(crate) async fn delta_channel_history(
     channels: &[String],
 ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
     config.require_thread()?;
-    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
-        .iter()
-        .map(|c| (c.clone(), DeltaChannelHistory::default()))
-        .collect();
+    let mut out: BTreeMap<String, DeltaChannelHistory> = checkpoint_core::delta::empty(channels);
     if out.is_empty()
         || !storable(&config.thread_id)
         || !storable(&config.checkpoint_ns)

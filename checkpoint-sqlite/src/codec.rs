@@ -274,15 +274,7 @@ pub(crate) fn decode_delta(
             )),
         }
     }
-    writes.sort_by(|(da, a), (db, b)| {
-        db.cmp(da)
-            .then_with(|| (&a.task_path, &a.task_id, a.idx).cmp(&(&b.task_path, &b.task_id, b.idx)))
-    });
-    for (_, w) in writes {
-        if let Some(h) = out.get_mut(&w.channel) {
-            h.writes.push(w);
-        }
-    }
+    checkpoint_core::delta::push_writes(out, writes);
     Ok(())
 }
 

@@ -309,10 +309,7 @@ pub(crate) async fn delta_channel_history(
     channels: &[String],
 ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
     let thread = config.require_thread()?;
-    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
-        .iter()
-        .map(|c| (c.clone(), DeltaChannelHistory::default()))
-        .collect();
+    let mut out: BTreeMap<String, DeltaChannelHistory> = checkpoint_core::delta::empty(channels);
     let ns = &config.checkpoint_ns;
     let id = config.checkpoint_id.as_deref();
     if out.is_empty()

@@ -15,10 +15,7 @@ pub(super) fn history(
     target: Option<&str>,
     channels: &[String],
 ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
-    let mut out: BTreeMap<String, DeltaChannelHistory> = channels
-        .iter()
-        .map(|c| (c.clone(), DeltaChannelHistory::default()))
-        .collect();
+    let mut out: BTreeMap<String, DeltaChannelHistory> = crate::delta::empty(channels);
     let Some(data) = data else { return Ok(out) };
     let target = match target {
         Some(id) => id,
