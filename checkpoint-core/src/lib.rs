@@ -31,8 +31,10 @@ pub use options::{
 pub use saver::{Saver, SaverExt};
 pub use trace::{Tracing, TracingLayer};
 pub use tuple::CheckpointTuple;
-pub use value::msgpack;
-pub use value::{DecodeLimits, Format, Serializer, TypedValue, ValueType, decode_msgpack};
+pub use value::{
+    DecodeLimits, Format, Serializer, TypedValue, ValueType, decode_json, decode_msgpack,
+};
+pub use value::{json, msgpack};
 pub use version::{ChannelVersion, ChannelVersions, next_version};
 pub use writes::{PendingWrite, SPECIAL_CHANNELS};
 

@@ -7,6 +7,7 @@
 //! [`TypedValue::to_dynamic`], a closed decoder that never instantiates anything, keeps unknown
 //! msgpack extension types as opaque data and enforces [`DecodeLimits`].
 
+pub mod json;
 pub mod msgpack;
 
 use std::fmt;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
+pub use json::decode_json;
 pub use msgpack::decode_msgpack;
 
 /// The type tag of a stored value, with LangGraph's names.
@@ -171,11 +173,7 @@ impl TypedValue {
             ValueType::Null => Ok(rmpv::Value::Nil),
             ValueType::Bytes | ValueType::Bytearray => Ok(rmpv::Value::Binary(self.bytes.to_vec())),
             ValueType::Msgpack => decode_msgpack(&self.bytes, limits),
-            ValueType::Json => {
-                let json: serde_json::Value = serde_json::from_slice(&self.bytes)
-                    .map_err(|e| Error::serialization("invalid JSON value", e))?;
-                json_to_dynamic(json, limits, 0)
-            }
+            ValueType::Json => json_to_dynamic(decode_json(&self.bytes, limits)?, limits, 0),
             ValueType::Other(tag) => Err(Error::Serialization {
                 reason: format!("refusing to decode a value of type {tag:?}"),
                 source: None,
@@ -371,8 +369,12 @@ impl Serializer {
                 rmp_serde::from_slice(&value.bytes)
                     .map_err(|e| Error::serialization("msgpack decoding failed", e))
             }
-            ValueType::Json => serde_json::from_slice(&value.bytes)
-                .map_err(|e| Error::serialization("JSON decoding failed", e)),
+            ValueType::Json => {
+                // The same bounds as msgpack, checked before anything is allocated.
+                json::validate(&value.bytes, &self.limits)?;
+                serde_json::from_slice(&value.bytes)
+                    .map_err(|e| Error::serialization("JSON decoding failed", e))
+            }
             ValueType::Null => rmp_serde::from_slice(&[0xc0])
                 .map_err(|e| Error::serialization("null does not decode into this type", e)),
             ValueType::Bytes | ValueType::Bytearray => {
@@ -479,6 +481,95 @@ mod tests {
             let v = TypedValue::new(ValueType::Msgpack, bytes);
             assert!(v.decode::<serde_json::Value>().is_err());
         }
+    }
+
+    #[test]
+    fn json_honours_every_limit_like_msgpack() {
+        // Regression: JSON values ignored max_elements (a 34 MB array decoded under
+        // max_elements = 1000) while the same data as msgpack was refused.
+        let data: Vec<u32> = (0..2000).collect();
+        let limits = DecodeLimits::default().with_max_elements(1000);
+        let s = Serializer::default().with_limits(limits.clone());
+        for v in [
+            TypedValue::json(&data).unwrap(),
+            TypedValue::msgpack(&data).unwrap(),
+        ] {
+            assert!(
+                matches!(
+                    v.to_dynamic_with(&limits),
+                    Err(Error::LimitExceeded {
+                        limit: "elements",
+                        ..
+                    })
+                ),
+                "{:?}",
+                v.type_tag
+            );
+            assert!(
+                matches!(
+                    s.decode::<Vec<u32>>(&v),
+                    Err(Error::LimitExceeded {
+                        limit: "elements",
+                        ..
+                    })
+                ),
+                "{:?}",
+                v.type_tag
+            );
+        }
+        // Within the limits both decode, to the same dynamic value.
+        let small: Vec<u32> = (0..999).collect();
+        let (j, m) = (
+            TypedValue::json(&small).unwrap(),
+            TypedValue::msgpack(&small).unwrap(),
+        );
+        assert_eq!(
+            j.to_dynamic_with(&limits).unwrap(),
+            m.to_dynamic_with(&limits).unwrap()
+        );
+        assert_eq!(s.decode::<Vec<u32>>(&j).unwrap(), small);
+        // Nesting: both refuse the same depth.
+        let nested = serde_json::json!([[[[1]]]]);
+        let shallow = DecodeLimits::default().with_max_depth(3);
+        for v in [
+            TypedValue::json(&nested).unwrap(),
+            TypedValue::msgpack(&nested).unwrap(),
+        ] {
+            assert!(matches!(
+                v.to_dynamic_with(&shallow),
+                Err(Error::LimitExceeded { limit: "depth", .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_json_value_over_the_default_element_limit_is_refused_before_decoding() {
+        // 16 Mi + 1 zeros: 32 MiB of JSON, under the default 64 MiB size limit.
+        let n = (16 << 20) + 1;
+        let mut text = Vec::with_capacity(2 * n + 1);
+        text.push(b'[');
+        for i in 0..n {
+            if i > 0 {
+                text.push(b',');
+            }
+            text.push(b'0');
+        }
+        text.push(b']');
+        let v = TypedValue::new(ValueType::Json, text);
+        assert!(matches!(
+            v.to_dynamic(),
+            Err(Error::LimitExceeded {
+                limit: "elements",
+                ..
+            })
+        ));
+        assert!(matches!(
+            v.decode::<serde_json::Value>(),
+            Err(Error::LimitExceeded {
+                limit: "elements",
+                ..
+            })
+        ));
     }
 
     #[test]

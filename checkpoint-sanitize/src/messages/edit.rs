@@ -1,7 +1,7 @@
 //! Questions and edits about the end of a conversation: which calls are in flight, and
 //! adding their results.
 
-use checkpoint_core::{DecodeLimits, Error, Result, TypedValue, decode_msgpack};
+use checkpoint_core::{DecodeLimits, Error, Result, TypedValue, decode_json, decode_msgpack};
 use rmpv::Value;
 
 use super::build::{ResultSpec, ToolOutput, result_elements};
@@ -69,9 +69,7 @@ impl MessageList {
             let value = if self.is_msgpack() {
                 decode_msgpack(bytes, &limits)?
             } else {
-                let json: serde_json::Value = serde_json::from_slice(bytes)
-                    .map_err(|e| Error::serialization("a marked message is not JSON", e))?;
-                raw::from_json(&json)
+                raw::from_json(&decode_json(bytes, &limits)?)
             };
             let message = Message::from_value(&value)
                 .ok_or_else(|| Error::invalid("a marked message is not a recognizable message"))?;
@@ -133,7 +131,7 @@ pub fn message_from_bytes(bytes: &[u8], msgpack: bool) -> Option<Message> {
     let value: Value = if msgpack {
         decode_msgpack(bytes, &DecodeLimits::default()).ok()?
     } else {
-        raw::from_json(&serde_json::from_slice(bytes).ok()?)
+        raw::from_json(&decode_json(bytes, &DecodeLimits::default()).ok()?)
     };
     Message::from_value(&value)
 }

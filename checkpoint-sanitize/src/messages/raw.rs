@@ -49,6 +49,12 @@ fn malformed(reason: impl Into<String>) -> Error {
 /// The element ranges and the surrounding text of a JSON array. `None` when the text is not
 /// a JSON array.
 pub(crate) fn json_array_elements(text: &[u8]) -> Result<Option<(Container, Vec<Range<usize>>)>> {
+    // Bounded first: a hostile array must not become millions of slices.
+    match checkpoint_core::json::validate(text, &checkpoint_core::DecodeLimits::default()) {
+        Err(e @ Error::LimitExceeded { .. }) => return Err(e),
+        Err(_) => return Ok(None),
+        Ok(()) => {}
+    }
     let elements: Vec<&serde_json::value::RawValue> = match serde_json::from_slice(text) {
         Ok(e) => e,
         Err(_) => return Ok(None),
