@@ -250,6 +250,7 @@ macro_rules! __for_each_clause {
             list::list_filter_custom_key,
             list::list_filter_no_match,
             list::list_filter_numbers_compare_by_value,
+            list::list_filter_numbers_at_the_edges,
             list::list_before_is_strict,
             list::list_limit,
             list::list_limit_with_before,

@@ -133,23 +133,16 @@ impl From<Map<String, Value>> for CheckpointMetadata {
     }
 }
 
-/// Deep JSON equality as the metadata filter uses it: numbers compare by numeric value (`5`
-/// equals `5.0`, as in PostgreSQL JSONB), objects compare regardless of key order, arrays
-/// element by element.
+/// Deep JSON equality as the metadata filter uses it: numbers compare by exact numeric value
+/// (`5` equals `5.0`, as in PostgreSQL JSONB and Python), objects compare regardless of key
+/// order, arrays element by element.
+///
+/// Exact means no rounding through `f64`: the integer 2^53 + 1 does not equal the float
+/// 2^53, although converting it to `f64` would give that float. An integer equals a float
+/// only when the float is integral and has exactly the integer's value.
 pub fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            if let (Some(x), Some(y)) = (x.as_i64(), y.as_i64()) {
-                return x == y;
-            }
-            if let (Some(x), Some(y)) = (x.as_u64(), y.as_u64()) {
-                return x == y;
-            }
-            match (x.as_f64(), y.as_f64()) {
-                (Some(x), Some(y)) => x == y,
-                _ => false,
-            }
-        }
+        (Value::Number(x), Value::Number(y)) => number_equal(x, y),
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b))
         }
@@ -159,6 +152,25 @@ pub fn json_equal(a: &Value, b: &Value) -> bool {
                     .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
         }
         _ => a == b,
+    }
+}
+
+fn number_equal(x: &serde_json::Number, y: &serde_json::Number) -> bool {
+    let int = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    // A float equals an integer when it is integral and its exact value is the integer's
+    // (every integral f64 below 2^127 converts to i128 exactly).
+    let float_is = |f: Option<f64>, i: i128| {
+        f.is_some_and(|f| f.fract() == 0.0 && f.abs() < 2f64.powi(127) && f as i128 == i)
+    };
+    match (int(x), int(y)) {
+        (Some(a), Some(b)) => a == b,
+        (Some(a), None) => float_is(y.as_f64(), a),
+        (None, Some(b)) => float_is(x.as_f64(), b),
+        (None, None) => x.as_f64() == y.as_f64(),
     }
 }
 
@@ -191,5 +203,25 @@ mod tests {
         assert!(!m.matches(&f(json!({"nested": {"a": [1]}}))));
         assert!(!m.matches(&f(json!({"missing": null}))));
         assert!(!m.matches(&f(json!({"s": "x", "step": 6}))));
+    }
+
+    #[test]
+    fn numbers_compare_exactly_at_the_edges_of_f64() {
+        // Regression: 2^53 + 1 (an integer) equalled 2^53 (a float) through f64 rounding,
+        // where PostgreSQL and Python say they differ.
+        let two53 = 9_007_199_254_740_992_i64;
+        assert!(json_equal(&json!(two53 as f64), &json!(two53)));
+        assert!(!json_equal(&json!(two53 as f64), &json!(two53 + 1)));
+        assert!(!json_equal(&json!(two53 + 1), &json!(two53 as f64)));
+        assert!(!json_equal(&json!(two53), &json!(two53 + 1)));
+        assert!(json_equal(&json!(-0.0), &json!(0)));
+        assert!(json_equal(&json!(-0.0), &json!(0.0)));
+        assert!(!json_equal(&json!(0.5), &json!(0)));
+        assert!(json_equal(&json!(u64::MAX), &json!(u64::MAX)));
+        assert!(!json_equal(&json!(u64::MAX), &json!(u64::MAX as f64)));
+        assert!(json_equal(&json!(1u64 << 63), &json!((1u64 << 63) as f64)));
+        assert!(!json_equal(&json!(i64::MIN), &json!(i64::MAX)));
+        assert!(json_equal(&json!(i64::MIN), &json!(i64::MIN as f64)));
+        assert!(!json_equal(&json!(1e300), &json!(u64::MAX)));
     }
 }

@@ -132,6 +132,69 @@ pub async fn list_filter_numbers_compare_by_value(f: &dyn SaverFactory) {
     assert_eq!(ids(&got), vec![chain[3].checkpoint.id.clone()]);
 }
 
+/// Numbers at the edges of `f64` and `i64` match as
+/// [`json_equal`](checkpoint_core::json_equal) says, in a global list and in a thread's:
+/// 2^53 as a float and as an integer, the integers around it, `i64` and `u64` extremes,
+/// `-0.0`, the smallest subnormal, `0.1` and `1e300`.
+pub async fn list_filter_numbers_at_the_edges(f: &dyn SaverFactory) {
+    use checkpoint_core::{Checkpoint, CheckpointConfig, CheckpointMetadata, PutOptions};
+    let s = build(f).await;
+    let edges: Vec<Value> = vec![
+        json!(9_007_199_254_740_992.0_f64),
+        json!(9_007_199_254_740_992_i64),
+        json!(9_007_199_254_740_993_i64),
+        json!(i64::MAX),
+        json!(i64::MIN),
+        json!(u64::MAX),
+        json!(-0.0_f64),
+        json!(0),
+        json!(5e-324_f64),
+        json!(0.1_f64),
+        json!(1e300_f64),
+    ];
+    let mut stored = Vec::new();
+    for (i, v) in edges.iter().enumerate() {
+        let thread = format!("edge-{i}");
+        let mut metadata = CheckpointMetadata::new().with("source", "loop");
+        metadata = metadata.with("n", v.clone());
+        let checkpoint = Checkpoint::new();
+        s.put(
+            &CheckpointConfig::new(&thread),
+            checkpoint.clone(),
+            metadata,
+            Default::default(),
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+        stored.push((thread, checkpoint.id, v.clone()));
+    }
+    for wanted in &edges {
+        let mut want: Vec<&String> = stored
+            .iter()
+            .filter(|(_, _, v)| checkpoint_core::json_equal(v, wanted))
+            .map(|(_, id, _)| id)
+            .collect();
+        want.sort();
+        want.reverse();
+        let got = list(&*s, ListOptions::new().filter("n", wanted.clone())).await;
+        assert_eq!(
+            ids(&got).iter().collect::<Vec<_>>(),
+            want,
+            "global filter n = {wanted}"
+        );
+        for (thread, id, v) in &stored {
+            let got = list(&*s, ListOptions::thread(thread).filter("n", wanted.clone())).await;
+            let expected = checkpoint_core::json_equal(v, wanted);
+            assert_eq!(
+                ids(&got),
+                if expected { vec![id.clone()] } else { vec![] },
+                "thread {thread} (n = {v}) filtered on n = {wanted}"
+            );
+        }
+    }
+}
+
 /// `before` is a strict upper bound on the id.
 pub async fn list_before_is_strict(f: &dyn SaverFactory) {
     let s = build(f).await;

@@ -5,15 +5,16 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 /// The canonical JSON text of `value` for equality as [`json_equal`](crate::json_equal)
-/// defines it: numbers by their `f64` value in the shortest form that reads back to it
-/// (`5` and `5.0` both give `5.0`; `-0.0` gives `0.0`), object keys sorted, no whitespace,
+/// defines it: numbers equal to an `f64` by that `f64` in the shortest form that reads back
+/// to it (`5` and `5.0` both give `5.0`; `-0.0` gives `0.0`), integers no `f64` equals
+/// (beyond 2^53, such as 2^53 + 1) by their digits, object keys sorted, no whitespace,
 /// strings escaped as `serde_json` escapes them.
 ///
-/// Values equal under `json_equal` always get the same text, so an index of
-/// `(key, canonical_json(value))` entries finds every checkpoint a filter matches. The
-/// converse fails only for integers beyond 2^53 that round to the same `f64`: an index
-/// lookup may return such a candidate, which the backend re-checks with
-/// [`CheckpointMetadata::matches`](crate::CheckpointMetadata::matches).
+/// Values get the same text exactly when they are equal under `json_equal`, so an index of
+/// `(key, canonical_json(value))` entries finds every checkpoint a filter matches and no
+/// other (backends still re-check candidates with
+/// [`CheckpointMetadata::matches`](crate::CheckpointMetadata::matches), since long entries
+/// are stored as digests).
 ///
 /// ```
 /// use checkpoint_core::backend::canonical_json;
@@ -33,6 +34,17 @@ pub fn canonical_json_into(out: &mut String, value: &Value) {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => {
+            let int = n
+                .as_i64()
+                .map(i128::from)
+                .or_else(|| n.as_u64().map(i128::from));
+            if let Some(i) = int
+                && (i as f64) as i128 != i
+            {
+                // Equal to no f64: its digits, which no float's text looks like.
+                let _ = write!(out, "{i}");
+                return;
+            }
             // serde_json numbers are finite; -0.0 == 0.0, so both print as 0.0.
             let f = n.as_f64().unwrap_or(0.0);
             let f = if f == 0.0 { 0.0 } else { f };
@@ -100,6 +112,9 @@ mod tests {
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (0u32..64, -2i64..3).prop_map(|(e, d)| json!((1i64 << (e.min(62))) + d)),
+            (0u32..64).prop_map(|e| json!(2f64.powi(e as i32))),
             (-1e6f64..1e6).prop_map(|f| json!(f)),
             (-1000i64..1000).prop_map(|i| json!(i as f64)),
             ".{0,8}".prop_map(Value::String),
@@ -116,9 +131,8 @@ mod tests {
     proptest! {
         #[test]
         fn equal_values_have_equal_text(a in arb_json(), b in arb_json()) {
-            if json_equal(&a, &b) {
-                prop_assert_eq!(canonical_json(&a), canonical_json(&b));
-            }
+            // Same text exactly when equal.
+            prop_assert_eq!(json_equal(&a, &b), canonical_json(&a) == canonical_json(&b));
             // The text is valid JSON that reads back equal.
             let back: Value = serde_json::from_str(&canonical_json(&a)).unwrap();
             prop_assert!(json_equal(&a, &back));
@@ -134,5 +148,17 @@ mod tests {
         );
         assert_ne!(canonical_json(&json!("1")), canonical_json(&json!(1)));
         assert_eq!(canonical_json(&json!("a\"\u{0}")), r#""a\"\u0000""#);
+        // Integers no f64 equals keep their digits; those an f64 equals print as it.
+        let two53 = 9_007_199_254_740_992_i64;
+        assert_eq!(canonical_json(&json!(two53 + 1)), "9007199254740993");
+        assert_eq!(
+            canonical_json(&json!(two53)),
+            canonical_json(&json!(two53 as f64))
+        );
+        assert_eq!(canonical_json(&json!(u64::MAX)), "18446744073709551615");
+        assert_eq!(
+            canonical_json(&json!(1u64 << 63)),
+            canonical_json(&json!((1u64 << 63) as f64))
+        );
     }
 }

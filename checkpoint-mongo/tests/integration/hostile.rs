@@ -177,7 +177,7 @@ async fn large_metadata_long_values_and_big_integers_filter_exactly() {
     let small_id = put_meta(&s, "small", json!({"source": "loop", "k03": 3})).await;
     let long = "ü".repeat(5000);
     let long_id = put_meta(&s, "long", json!({"text": long, "k03": 3})).await;
-    // 2^53 + 1 is not 2^53 as an integer, but is as a float (json_equal's rule).
+    // 2^53 + 1 is neither the integer nor the float 2^53 (numbers compare exactly).
     let big_id = put_meta(&s, "big", json!({"n": 9_007_199_254_740_993_u64})).await;
 
     let q = |f: Value| ListOptions::new().with_filter(f.as_object().unwrap().clone());
@@ -223,9 +223,16 @@ async fn large_metadata_long_values_and_big_integers_filter_exactly() {
             .is_empty(),
         "integers compare exactly"
     );
+    assert!(
+        s.list_all(q(json!({"n": 9_007_199_254_740_992.0_f64})))
+            .await
+            .unwrap()
+            .is_empty(),
+        "no float equals 2^53 + 1"
+    );
     assert_eq!(
         ids(&s
-            .list_all(q(json!({"n": 9_007_199_254_740_992.0_f64})))
+            .list_all(q(json!({"n": 9_007_199_254_740_993_u64})))
             .await
             .unwrap()),
         vec![big_id]
