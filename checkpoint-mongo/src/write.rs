@@ -190,7 +190,8 @@ async fn put_in_transaction(
         )
         .upsert(true)
         .session(&mut *s)
-        .await?;
+        .await
+        .map_err(raced)?;
     if p.mode == PutMode::CompareAndSet {
         let head = inner
             .checkpoints
@@ -275,8 +276,21 @@ async fn put_in_transaction(
         )
         .upsert(true)
         .session(&mut *s)
-        .await?;
+        .await
+        .map_err(raced)?;
     Ok(())
+}
+
+/// An upsert's error inside a put's transaction. Two upserts that both find no document
+/// both insert, and the second fails with a duplicate key instead of a write conflict (the
+/// server retries such upserts itself only in some cases): the transaction is then retried
+/// like any transient one, and finds the document.
+fn raced(e: mongodb::error::Error) -> MongoError {
+    if crate::error::is_duplicate_key(&e) {
+        MongoError::Driver(e).retry_transaction()
+    } else {
+        e.into()
+    }
 }
 
 fn value_ids(values: &[&(Document, Option<PendingChunks>)]) -> Vec<String> {

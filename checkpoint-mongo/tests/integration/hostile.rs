@@ -389,3 +389,53 @@ async fn lease_holders_and_ledger_keys_are_data() {
     ));
     teardown(f).await;
 }
+
+/// Regression: plain (not compare-and-set) puts racing on new namespaces failed now and then
+/// with a duplicate key error on the namespace's head document (two upserts creating it at
+/// once). Every racing put must succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_plain_puts_on_new_namespaces_all_succeed() {
+    if skip("racing_plain_puts_on_new_namespaces_all_succeed") {
+        return;
+    }
+    let (f, s) = saver("hostrace").await;
+    let s = std::sync::Arc::new(s);
+    let mut failures = Vec::new();
+    for round in 0..150 {
+        let thread = format!("race-{round}");
+        let puts = (0..8).map(|_| {
+            let s = std::sync::Arc::clone(&s);
+            let thread = thread.clone();
+            tokio::spawn(async move {
+                let mut c = Checkpoint::new();
+                let v = c.set("a", &1).unwrap();
+                s.put(
+                    &CheckpointConfig::new(thread),
+                    c,
+                    CheckpointMetadata::new(),
+                    [("a".to_owned(), v)].into(),
+                    PutOptions::new(),
+                )
+                .await
+            })
+        });
+        for r in futures::future::join_all(puts).await {
+            if let Err(e) = r.unwrap() {
+                failures.push(format!("{thread}: {e}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 1200 racing puts failed: {failures:?}",
+        failures.len()
+    );
+    assert_eq!(
+        s.list_all(ListOptions::thread("race-0"))
+            .await
+            .unwrap()
+            .len(),
+        8
+    );
+    teardown(f).await;
+}
