@@ -142,9 +142,15 @@ pub(crate) fn filter_entries(metadata: &CheckpointMetadata) -> Vec<String> {
     out
 }
 
+/// Most conditions of one filter the server checks; the others are checked exactly by the
+/// client after loading (as every condition is), so a filter of many keys costs the server
+/// a bounded number of array scans per candidate, not one per key.
+pub(crate) const MAX_FILTER_STAGES: usize = 8;
+
 /// The index lookups of a metadata filter: a list of stages, each a set of entries of which a
 /// matching checkpoint holds at least one. The first stage is the one an index serves (for
-/// two or more conditions: the pair of the first two keys). Empty for an empty filter.
+/// two or more conditions: the pair of the first two keys). Empty for an empty filter; at
+/// most [`MAX_FILTER_STAGES`] stages.
 ///
 /// Every checkpoint whose metadata matches the filter passes every stage; a checkpoint that
 /// passes every stage matches, except for a hash collision or integers beyond 2^53 (callers
@@ -164,7 +170,7 @@ pub(crate) fn filter_stages(filter: &Map<String, Value>) -> Vec<Vec<String>> {
                 entry('2', &format!("{}{}", conds[0].1, conds[1].1)),
                 entry('3', &conds[0].1),
             ]);
-            for (_, c) in &conds[1..] {
+            for (_, c) in conds[1..].iter().take(MAX_FILTER_STAGES - 1) {
                 stages.push(vec![entry('1', c), entry('3', c)]);
             }
         }

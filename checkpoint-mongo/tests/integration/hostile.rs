@@ -439,3 +439,48 @@ async fn racing_plain_puts_on_new_namespaces_all_succeed() {
     );
     teardown(f).await;
 }
+
+/// Regression: metadata of thousands of keys made a put or a filter take seconds to minutes
+/// (a filter stage per key, each scanning the candidate's entry array). A filter now costs
+/// the server a bounded number of stages; the rest is checked exactly by the client.
+#[tokio::test]
+async fn metadata_of_thousands_of_keys_puts_and_filters() {
+    if skip("metadata_of_thousands_of_keys_puts_and_filters") {
+        return;
+    }
+    let (f, s) = saver("hostwide").await;
+    let wide = |n: usize, shift: usize| {
+        let map: serde_json::Map<String, Value> = (0..n)
+            .map(|i| (format!("key{i:05}"), json!(i + shift)))
+            .collect();
+        Value::Object(map)
+    };
+    let t0 = std::time::Instant::now();
+    let big = put_meta(&s, "wide-5000", wide(5000, 0)).await;
+    let put_5000 = t0.elapsed();
+    let near = put_meta(&s, "wide-1000", wide(1000, 0)).await;
+    // Equal on every key but the last: must not match a filter naming the last key.
+    let mut off = wide(1000, 0);
+    off["key00999"] = json!(-1);
+    let off_id = put_meta(&s, "wide-1000-off", off).await;
+
+    let q = |f: Value| ListOptions::new().with_filter(f.as_object().unwrap().clone());
+    let set = |v: Vec<String>| v.into_iter().collect::<BTreeSet<_>>();
+    let t0 = std::time::Instant::now();
+    let got = ids(&s.list_all(q(wide(1000, 0))).await.unwrap());
+    let filter_1000 = t0.elapsed();
+    assert_eq!(set(got), set(vec![big.clone(), near]));
+    let got = ids(&s.list_all(q(wide(5000, 0))).await.unwrap());
+    assert_eq!(got, vec![big]);
+    let mut last_only = serde_json::Map::new();
+    last_only.insert("key00999".into(), json!(-1));
+    assert_eq!(
+        ids(&s
+            .list_all(ListOptions::new().with_filter(last_only))
+            .await
+            .unwrap()),
+        vec![off_id]
+    );
+    eprintln!("5,000-key put {put_5000:?}, 1,000-key global filter {filter_1000:?}");
+    teardown(f).await;
+}
