@@ -1,0 +1,165 @@
+//! Opening a store from its URL: one scheme per backend.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use checkpoint_core::Saver;
+use checkpoint_mongo::{MongoConfig, MongoSaver};
+use checkpoint_postgres::PostgresSaver;
+use checkpoint_redis::RedisSaver;
+use checkpoint_sqlite::SqliteSaver;
+
+use crate::CliError;
+
+/// The URL schemes [`Store::parse`] accepts, as shown in help and errors.
+pub const SCHEMES: &str = "sqlite://PATH, postgres://..., redis://... (rediss://), \
+                           redis+cluster://HOST:PORT[,HOST:PORT...], mongodb://.../DB";
+
+/// Which backend a URL names, and how to reach it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Store {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL server (LangGraph's tables).
+    Postgres(String),
+    /// A single Redis server.
+    Redis(String),
+    /// A Redis Cluster, by its seed nodes (`redis://host:port` each).
+    RedisCluster(Vec<String>),
+    /// A MongoDB deployment and the database holding the collections.
+    Mongo {
+        /// The connection string as given.
+        uri: String,
+        /// The database named in its path.
+        database: String,
+    },
+}
+
+impl std::fmt::Debug for Store {
+    // Never prints a connection string: it may hold a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
+            Store::Postgres(_) => f.write_str("Postgres(..)"),
+            Store::Redis(_) => f.write_str("Redis(..)"),
+            Store::RedisCluster(n) => write!(f, "RedisCluster({} nodes)", n.len()),
+            Store::Mongo { database, .. } => write!(f, "Mongo {{ database: {database:?} }}"),
+        }
+    }
+}
+
+impl Store {
+    /// Parses a store URL; an unknown scheme or a URL missing its path or database is
+    /// [`CliError::Url`].
+    pub fn parse(url: &str) -> Result<Store, CliError> {
+        let bad = |why: &str| CliError::Url(format!("{why} (expected one of {SCHEMES})"));
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("the store is not a URL"))?;
+        match scheme {
+            "sqlite" => {
+                let path = rest.split(['?', '#']).next().unwrap_or_default();
+                if path.is_empty() {
+                    return Err(bad("sqlite:// needs a file path"));
+                }
+                Ok(Store::Sqlite(PathBuf::from(path)))
+            }
+            "postgres" | "postgresql" => Ok(Store::Postgres(url.to_owned())),
+            "redis" | "rediss" => Ok(Store::Redis(url.to_owned())),
+            "redis+cluster" => {
+                let nodes: Vec<String> = rest
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(|n| format!("redis://{n}"))
+                    .collect();
+                if nodes.is_empty() {
+                    return Err(bad("redis+cluster:// needs at least one node"));
+                }
+                Ok(Store::RedisCluster(nodes))
+            }
+            "mongodb" | "mongodb+srv" => {
+                let after_host = rest.split_once('/').map(|(_, p)| p).unwrap_or_default();
+                let database = after_host
+                    .split(['?', '#'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                if database.is_empty() {
+                    return Err(bad(
+                        "mongodb:// needs the database in its path (mongodb://host/db)",
+                    ));
+                }
+                Ok(Store::Mongo {
+                    uri: url.to_owned(),
+                    database,
+                })
+            }
+            other => Err(bad(&format!("unknown scheme {other:?}"))),
+        }
+    }
+
+    /// Connects to the store as it is: nothing is created or migrated, and a SQLite file
+    /// that does not exist is an error rather than a new empty database.
+    pub async fn open(&self) -> Result<Arc<dyn Saver>, CliError> {
+        let saver: Arc<dyn Saver> = match self {
+            Store::Sqlite(path) => {
+                if !path.is_file() {
+                    return Err(CliError::NotFound(format!(
+                        "no SQLite file at {}",
+                        path.display()
+                    )));
+                }
+                Arc::new(SqliteSaver::open(path).await?)
+            }
+            Store::Postgres(url) => Arc::new(PostgresSaver::connect(url).await?),
+            Store::Redis(url) => Arc::new(RedisSaver::connect(url.clone()).await?),
+            Store::RedisCluster(nodes) => {
+                Arc::new(RedisSaver::cluster_builder(nodes.clone()).build().await?)
+            }
+            Store::Mongo { uri, database } => {
+                Arc::new(MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?)
+            }
+        };
+        Ok(saver)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_parse_and_bad_urls_are_typed_errors() {
+        assert_eq!(
+            Store::parse("sqlite://./agent.db").unwrap(),
+            Store::Sqlite(PathBuf::from("./agent.db"))
+        );
+        assert_eq!(
+            Store::parse("sqlite:///tmp/a.db").unwrap(),
+            Store::Sqlite(PathBuf::from("/tmp/a.db"))
+        );
+        assert!(matches!(
+            Store::parse("postgres://u:p@h/db").unwrap(),
+            Store::Postgres(_)
+        ));
+        assert_eq!(
+            Store::parse("redis+cluster://a:7000,b:7001").unwrap(),
+            Store::RedisCluster(vec!["redis://a:7000".into(), "redis://b:7001".into()])
+        );
+        match Store::parse("mongodb://h:27017/agents?replicaSet=rs0").unwrap() {
+            Store::Mongo { database, .. } => assert_eq!(database, "agents"),
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "agent.db",
+            "sqlite://",
+            "mysql://h/db",
+            "mongodb://h:27017",
+            "redis+cluster://",
+        ] {
+            assert!(matches!(Store::parse(bad), Err(CliError::Url(_))), "{bad}");
+        }
+        let debug = format!("{:?}", Store::parse("postgres://u:secret@h/db").unwrap());
+        assert!(!debug.contains("secret"));
+    }
+}
