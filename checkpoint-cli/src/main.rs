@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use checkpoint_cli::store::{SCHEMES, Store};
 use checkpoint_cli::{CliError, inspect};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 /// Inspect the agent threads stored by any checkpoint-rs backend (and LangGraph's PostgreSQL
 /// tables, which are ours).
@@ -29,39 +29,31 @@ enum Command {
         limit: Option<usize>,
     },
     /// The parent chain of a thread, one line per checkpoint, newest first.
-    History {
-        /// The store.
-        url: String,
-        /// The thread id.
-        thread: String,
-        /// The namespace (subgraph); the root by default.
-        #[arg(long, default_value = "")]
-        ns: String,
-        /// Start at this checkpoint instead of the latest.
-        #[arg(long)]
-        id: Option<String>,
-    },
+    History(At),
     /// One checkpoint: metadata, every channel value decoded, pending writes.
-    Show {
-        /// The store.
-        url: String,
-        /// The thread id.
-        thread: String,
-        /// The namespace (subgraph); the root by default.
-        #[arg(long, default_value = "")]
-        ns: String,
-        /// This checkpoint instead of the latest.
-        #[arg(long)]
-        id: Option<String>,
-    },
+    Show(At),
+}
+
+/// A store, a thread, and a checkpoint in it.
+#[derive(Debug, Args)]
+struct At {
+    /// The store.
+    url: String,
+    /// The thread id.
+    thread: String,
+    /// The namespace (subgraph); the root by default.
+    #[arg(long, default_value = "")]
+    ns: String,
+    /// This checkpoint (for history: the chain from it) instead of the latest.
+    #[arg(long)]
+    id: Option<String>,
 }
 
 impl Command {
     fn url(&self) -> &str {
         match self {
-            Command::Threads { url, .. }
-            | Command::History { url, .. }
-            | Command::Show { url, .. } => url,
+            Command::Threads { url, .. } => url,
+            Command::History(at) | Command::Show(at) => &at.url,
         }
     }
 }
@@ -80,16 +72,16 @@ async fn run(cli: Cli) -> Result<String, CliError> {
                 inspect::threads_text(&doc)
             }
         }
-        Command::History { thread, ns, id, .. } => {
-            let doc = inspect::history(saver, thread, ns, id.as_deref()).await?;
+        Command::History(at) => {
+            let doc = inspect::history(saver, &at.thread, &at.ns, at.id.as_deref()).await?;
             if cli.json {
                 json(&doc)
             } else {
                 inspect::history_text(&doc)
             }
         }
-        Command::Show { thread, ns, id, .. } => {
-            let (doc, tuple) = inspect::show(saver, thread, ns, id.as_deref()).await?;
+        Command::Show(at) => {
+            let (doc, tuple) = inspect::show(saver, &at.thread, &at.ns, at.id.as_deref()).await?;
             if cli.json {
                 json(&doc)
             } else {
