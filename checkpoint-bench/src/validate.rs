@@ -267,27 +267,31 @@ mod tests {
     use crate::stats::Latencies;
     use crate::workload::run_step;
 
+    /// Runs steps `0..steps` of `p` and returns the checkpoint ids.
+    async fn run_thread(
+        saver: &InMemorySaver,
+        p: &ThreadPayload,
+        steps: usize,
+        v: &mut Validation,
+    ) -> Vec<String> {
+        let (mut a, mut b) = (Latencies::new(), Latencies::new());
+        let mut ids: Vec<String> = Vec::new();
+        for n in 0..steps {
+            let parent = ids.last().map(String::as_str);
+            let id = run_step(saver, p, n, parent, &mut a, &mut b, v)
+                .await
+                .unwrap();
+            ids.push(id);
+        }
+        ids
+    }
+
     #[tokio::test]
     async fn accepts_what_was_written_and_rejects_a_wrong_step() {
         let saver = InMemorySaver::new();
         let p = ThreadPayload::generate(42, 0, "thread-00000".into(), 3).unwrap();
-        let mut ids: Vec<String> = Vec::new();
-        let (mut a, mut b) = (Latencies::new(), Latencies::new());
         let mut v = Validation::new();
-        for n in 0..3 {
-            let id = run_step(
-                &saver,
-                &p,
-                n,
-                ids.last().map(String::as_str),
-                &mut a,
-                &mut b,
-                &mut v,
-            )
-            .await
-            .unwrap();
-            ids.push(id);
-        }
+        let ids = run_thread(&saver, &p, 3, &mut v).await;
         let latest = saver.get_tuple(&p.config(None)).await.unwrap().unwrap();
         v.tuple("test", &latest, &p, 2, &ids);
         assert!(v.valid, "{:?}", v.errors);
@@ -304,23 +308,8 @@ mod tests {
             .unwrap()
             .with_delta(true)
             .unwrap();
-        let mut ids: Vec<String> = Vec::new();
-        let (mut a, mut b) = (Latencies::new(), Latencies::new());
         let mut v = Validation::new();
-        for n in 0..4 {
-            let id = run_step(
-                &saver,
-                &p,
-                n,
-                ids.last().map(String::as_str),
-                &mut a,
-                &mut b,
-                &mut v,
-            )
-            .await
-            .unwrap();
-            ids.push(id);
-        }
+        let ids = run_thread(&saver, &p, 4, &mut v).await;
         let latest = saver.get_tuple(&p.config(None)).await.unwrap().unwrap();
         v.tuple("test", &latest, &p, 3, &ids);
         let first = saver.get_tuple(&p.config(Some(&ids[0]))).await.unwrap();

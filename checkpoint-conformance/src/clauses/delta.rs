@@ -38,6 +38,19 @@ async fn put(
     stored: &[(&str, TypedValue)],
     bumped: &[&str],
 ) -> (CheckpointConfig, Checkpoint) {
+    let metadata = CheckpointMetadata::new().with("source", "loop");
+    put_with(s, at, parent, stored, bumped, metadata).await
+}
+
+/// [`put`] with the given metadata.
+async fn put_with(
+    s: &dyn Saver,
+    at: &CheckpointConfig,
+    parent: Option<&Checkpoint>,
+    stored: &[(&str, TypedValue)],
+    bumped: &[&str],
+    metadata: CheckpointMetadata,
+) -> (CheckpointConfig, Checkpoint) {
     let changes: Vec<(&str, Option<TypedValue>)> = stored
         .iter()
         .map(|(c, v)| (*c, Some(v.clone())))
@@ -48,7 +61,7 @@ async fn put(
         .put(
             at,
             checkpoint.clone(),
-            CheckpointMetadata::new().with("source", "loop"),
+            metadata,
             versions,
             PutOptions::new(),
         )
@@ -454,12 +467,6 @@ async fn put_delta(
     counters: &[&str],
     run: &str,
 ) -> (CheckpointConfig, Checkpoint) {
-    let changes: Vec<(&str, Option<TypedValue>)> = stored
-        .iter()
-        .map(|(c, v)| (*c, Some(v.clone())))
-        .chain(bumped.iter().map(|c| (*c, None)))
-        .collect();
-    let (checkpoint, versions) = step(parent, &changes);
     let mut metadata = CheckpointMetadata::new()
         .with("source", "loop")
         .with_run_id(run);
@@ -470,17 +477,7 @@ async fn put_delta(
             .collect();
         metadata = metadata.with(delta::DELTA_COUNTERS, serde_json::Value::Object(map));
     }
-    let config = s
-        .put(
-            at,
-            checkpoint.clone(),
-            metadata,
-            versions,
-            PutOptions::new(),
-        )
-        .await
-        .expect("put");
-    (config, checkpoint)
+    put_with(s, at, parent, stored, bumped, metadata).await
 }
 
 /// The ids of a namespace's checkpoints, newest first.
