@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use checkpoint_core::{Error, Result};
 use sqlx::sqlite::{
@@ -11,7 +11,7 @@ use sqlx::sqlite::{
 };
 
 use crate::core::Inner;
-use crate::error::classify;
+use crate::error::{classify, is_busy};
 use crate::wal::{BACKSTOP_PAGES, WalCheckpointer};
 
 /// How durable a committed write is (SQLite's `synchronous` setting in WAL mode).
@@ -174,6 +174,33 @@ impl SqliteSaverBuilder {
         Ok(())
     }
 
+    /// The writer's pool. Opening a file that other connections are opening at the same
+    /// moment can fail with `SQLITE_BUSY` at once, without the busy timeout's wait: setting
+    /// a new file to WAL takes an exclusive lock after a shared one, and SQLite does not wait
+    /// on such an upgrade (it could deadlock). Retried with backoff until the busy timeout
+    /// has passed, so concurrent opens wait like concurrent writes do.
+    async fn connect_writer(
+        &self,
+        path: &Path,
+        keep: impl Fn(SqlitePoolOptions) -> SqlitePoolOptions,
+    ) -> Result<SqlitePool> {
+        let deadline = Instant::now() + self.busy_timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match keep(SqlitePoolOptions::new().max_connections(1))
+                .connect_with(self.writer_options(path))
+                .await
+            {
+                Ok(pool) => return Ok(pool),
+                Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(e) => return Err(classify(e)),
+            }
+        }
+    }
+
     /// Opens the connections: the state of a new saver (whose schema is not set up yet).
     pub(crate) async fn connect(self) -> Result<Inner> {
         self.check()?;
@@ -197,10 +224,7 @@ impl SqliteSaverBuilder {
                 (pool.clone(), pool, "memory".to_owned(), None)
             }
             Location::File(path) => {
-                let writer = keep(SqlitePoolOptions::new().max_connections(1))
-                    .connect_with(self.writer_options(path))
-                    .await
-                    .map_err(classify)?;
+                let writer = self.connect_writer(path, keep).await?;
                 // Readers open lazily, after the writer created the file and set WAL mode.
                 let reader = SqlitePoolOptions::new()
                     .max_connections(self.readers)

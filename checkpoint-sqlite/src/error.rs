@@ -97,6 +97,18 @@ fn transient_code(code: i64) -> bool {
     )
 }
 
+/// Whether `e` is `SQLITE_BUSY` (any extended form): another connection holds a lock this
+/// call needed, and SQLite did not (or could no longer) wait for it.
+pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .is_some_and(|c| c & 0xff == 5),
+        _ => false,
+    }
+}
+
 /// Maps a driver error by the driver's own classification: busy or locked databases, I/O
 /// and pool failures become [`Error::Unavailable`]; SQLite's "too big" becomes
 /// [`Error::InvalidInput`]; the rest [`Error::Backend`]. The driver error stays the source.
