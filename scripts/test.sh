@@ -31,6 +31,17 @@ echo "==> cargo test --workspace"
 cargo test --workspace --all-targets --all-features --no-fail-fast
 cargo test --workspace --all-features --doc
 
+echo "==> checkpoint-python: the extension in the LangGraph environment, then pytest"
+if [ -n "${CHECKPOINT_TEST_LANGGRAPH_PYTHON:-}" ]; then
+  _checkpoint_py_venv="$(dirname "$(dirname "$CHECKPOINT_TEST_LANGGRAPH_PYTHON")")"
+  # (pip's "Requirement already satisfied" lines for the pinned dependencies are dropped)
+  VIRTUAL_ENV="$_checkpoint_py_venv" "$_checkpoint_py_venv/bin/maturin" develop -q \
+    --manifest-path checkpoint-python/Cargo.toml 2>&1 | { grep -v '^Requirement already satisfied' || true; }
+  (cd checkpoint-python/tests && "$CHECKPOINT_TEST_LANGGRAPH_PYTHON" -m pytest -q -s -p no:cacheprovider -rs)
+else
+  checkpoint_service_unavailable checkpoint-python "no Python LangGraph environment to test it in"
+fi
+
 echo "==> conformance suite size"
 cargo test -q -p checkpoint-conformance --test integration every_clause_is_registered_once -- --nocapture 2>&1 \
   | grep -E '^conformance suite: [0-9]+ clauses$'

@@ -1,0 +1,36 @@
+"""checkpoint-rs for Python LangGraph: drop-in checkpointers on SQLite, PostgreSQL, Redis
+(plain and Cluster), MongoDB and in memory, implemented in Rust."""
+
+from checkpoint_rs import errors
+from checkpoint_rs._native import __version__
+from checkpoint_rs.errors import (
+    CheckpointError,
+    ConflictError,
+    InvalidInputError,
+    UnavailableError,
+    UnsupportedError,
+)
+from checkpoint_rs.saver import (
+    InMemorySaver,
+    MongoSaver,
+    PostgresSaver,
+    RedisSaver,
+    RustCheckpointSaver,
+    SqliteSaver,
+)
+
+__all__ = [
+    "CheckpointError",
+    "ConflictError",
+    "InMemorySaver",
+    "InvalidInputError",
+    "MongoSaver",
+    "PostgresSaver",
+    "RedisSaver",
+    "RustCheckpointSaver",
+    "SqliteSaver",
+    "UnavailableError",
+    "UnsupportedError",
+    "__version__",
+    "errors",
+]

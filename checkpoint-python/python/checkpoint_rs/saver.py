@@ -1,0 +1,417 @@
+"""LangGraph checkpointers backed by checkpoint-rs.
+
+Each class is a ``langgraph.checkpoint.base.BaseCheckpointSaver``: pass it to
+``graph.compile(checkpointer=...)``. Values are serialized by the saver's ``serde``
+(LangGraph's ``JsonPlusSerializer`` unless you pass another) and stored as the backend's typed
+values, so the bytes stored are the ones LangGraph's own savers store. Synchronous methods
+release the GIL while Rust works; asynchronous ones await a tokio future and never block the
+event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from checkpoint_rs._native import NativeSaver
+
+# Tuples fetched per round of a `list`: one page of the backend is decoded at a time.
+_LIST_BATCH = 64
+
+
+def _address(config: RunnableConfig) -> tuple[str, str, str | None]:
+    configurable = config["configurable"]
+    return (
+        str(configurable["thread_id"]),
+        configurable.get("checkpoint_ns", ""),
+        get_checkpoint_id(config),
+    )
+
+
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> str:
+    return json.dumps(
+        get_serializable_checkpoint_metadata(config, metadata),
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+class RustCheckpointSaver(BaseCheckpointSaver[str]):
+    """The checkpointer every backend class below is: construct one of those.
+
+    Options common to every backend:
+
+    * ``serde``: the serializer (default LangGraph's ``JsonPlusSerializer``).
+    * ``compare_and_set``: every put stores only if its parent is still the head of the
+      thread and namespace, so two processes continuing one thread cannot fork it: the
+      loser gets :class:`checkpoint_rs.errors.ConflictError` and writes nothing. Forking
+      from an older checkpoint (time travel) is then refused too.
+    * ``sanitize_on_load``, ``pending_markers``, ``skip_unsafe_put``, ``idempotent``: the
+      wrappers of checkpoint-sanitize (repair orphan tool calls when a thread is loaded,
+      mark tool calls in flight, refuse puts that would store an invalid message history,
+      run side effects once), in their canonical order.
+    """
+
+    _kind: str = ""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        compare_and_set: bool = False,
+        sanitize_on_load: bool = False,
+        pending_markers: bool = False,
+        skip_unsafe_put: bool = False,
+        idempotent: bool = False,
+        **backend_options: Any,
+    ) -> None:
+        super().__init__(serde=serde)
+        self._native = NativeSaver(
+            self._kind,
+            target,
+            compare_and_set=compare_and_set,
+            sanitize_on_load=sanitize_on_load,
+            pending_markers=pending_markers,
+            skip_unsafe_put=skip_unsafe_put,
+            idempotent=idempotent,
+            **backend_options,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._native!r})"
+
+    def __enter__(self) -> RustCheckpointSaver:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        return None
+
+    async def __aenter__(self) -> RustCheckpointSaver:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        return None
+
+    @property
+    def capabilities(self) -> dict[str, bool]:
+        """The optional operations of the backend (copy_thread, prune, delete_for_runs,
+        compare_and_set, leases, ledger)."""
+        return self._native.capabilities()
+
+    # -- conversions ----------------------------------------------------------------------
+
+    def _tuple(self, raw: tuple) -> CheckpointTuple:
+        thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint, metadata, writes = raw
+        loads = self.serde.loads_typed
+        checkpoint["channel_values"] = {
+            k: loads(v) for k, v in checkpoint["channel_values"].items()
+        }
+        return CheckpointTuple(
+            config=_config(thread_id, checkpoint_ns, checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=json.loads(metadata),
+            parent_config=(
+                _config(thread_id, checkpoint_ns, parent_id) if parent_id else None
+            ),
+            pending_writes=[(task, channel, loads(v)) for task, channel, v in writes],
+        )
+
+    def _put_args(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple:
+        thread_id, checkpoint_ns, parent_id = _address(config)
+        values = checkpoint["channel_values"]
+        dumps = self.serde.dumps_typed
+        stored = dict(checkpoint)
+        stored["channel_values"] = {k: dumps(values[k]) for k in new_versions if k in values}
+        return (
+            thread_id,
+            checkpoint_ns,
+            parent_id,
+            stored,
+            _metadata_json(config, metadata),
+            new_versions,
+        )
+
+    def _writes_args(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> tuple:
+        thread_id, checkpoint_ns, checkpoint_id = _address(config)
+        dumps = self.serde.dumps_typed
+        return (
+            thread_id,
+            checkpoint_ns,
+            checkpoint_id,
+            [(channel, dumps(value)) for channel, value in writes],
+            task_id,
+            task_path,
+        )
+
+    def _list_stream(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Any:
+        configurable = config["configurable"] if config else {}
+        thread_id = configurable.get("thread_id")
+        return self._native.list(
+            str(thread_id) if thread_id is not None else None,
+            configurable.get("checkpoint_ns"),
+            configurable.get("checkpoint_id"),
+            json.dumps(filter, separators=(",", ":"), ensure_ascii=False) if filter else None,
+            get_checkpoint_id(before) if before else None,
+            limit,
+        )
+
+    def _delta(self, raw: Mapping[str, tuple]) -> dict[str, DeltaChannelHistory]:
+        loads = self.serde.loads_typed
+        out: dict[str, DeltaChannelHistory] = {}
+        for channel, (seed, writes) in raw.items():
+            entry: DeltaChannelHistory = {
+                "writes": [(task, ch, loads(v)) for task, ch, v in writes]
+            }
+            if seed is not None:
+                entry["seed"] = loads(seed)
+            out[channel] = entry
+        return out
+
+    # -- synchronous API ------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        raw = self._native.get_tuple(*_address(config), True)
+        return None if raw is None else self._tuple(raw)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        stream = self._list_stream(config, filter, before, limit)
+        while batch := stream.next_batch(_LIST_BATCH):
+            for raw in batch:
+                yield self._tuple(raw)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        args = self._put_args(config, checkpoint, metadata, new_versions)
+        checkpoint_id = self._native.put(*args, True)
+        return _config(args[0], args[1], checkpoint_id)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._native.put_writes(*self._writes_args(config, writes, task_id, task_path), True)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._native.delete_thread(str(thread_id), True)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._native.delete_for_runs([str(r) for r in run_ids], True)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._native.copy_thread(str(source_thread_id), str(target_thread_id), True)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._native.prune([str(t) for t in thread_ids], strategy, True)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        if not channels:
+            return {}
+        raw = self._native.delta_channel_history(*_address(config), list(channels), True)
+        return self._delta(raw)
+
+    # -- asynchronous API -----------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        raw = await self._native.get_tuple(*_address(config), False)
+        return None if raw is None else self._tuple(raw)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        stream = self._list_stream(config, filter, before, limit)
+        while batch := await stream.anext_batch(_LIST_BATCH):
+            for raw in batch:
+                yield self._tuple(raw)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        args = self._put_args(config, checkpoint, metadata, new_versions)
+        checkpoint_id = await self._native.put(*args, False)
+        return _config(args[0], args[1], checkpoint_id)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._native.put_writes(
+            *self._writes_args(config, writes, task_id, task_path), False
+        )
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._native.delete_thread(str(thread_id), False)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._native.delete_for_runs([str(r) for r in run_ids], False)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._native.copy_thread(str(source_thread_id), str(target_thread_id), False)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._native.prune([str(t) for t in thread_ids], strategy, False)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        if not channels:
+            return {}
+        raw = await self._native.delta_channel_history(*_address(config), list(channels), False)
+        return self._delta(raw)
+
+    # -- versions -------------------------------------------------------------------------
+
+    def get_next_version(self, current: str | int | None, channel: None = None) -> str:
+        """LangGraph's string versions (as its PostgreSQL, SQLite and Redis savers make
+        them): a 32-digit counter, a dot and a random suffix, so versions written by Python
+        and by Rust writers of one thread order by their counter."""
+        if current is None:
+            counter = 0
+        elif isinstance(current, int):
+            counter = current
+        else:
+            counter = int(current.split(".")[0])
+        return f"{counter + 1:032}.{random.random():016}"
+
+
+class InMemorySaver(RustCheckpointSaver):
+    """The reference saver, in process memory: gone when the process ends."""
+
+    _kind = "memory"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__("", **options)
+
+
+class SqliteSaver(RustCheckpointSaver):
+    """A SQLite database file (created when missing; ``":memory:"`` for a private
+    in-memory database). Several processes may share the file."""
+
+    _kind = "sqlite"
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(str(path), **options)
+
+
+class PostgresSaver(RustCheckpointSaver):
+    """PostgreSQL, in LangGraph's own tables (``checkpoints``, ``checkpoint_blobs``,
+    ``checkpoint_writes``): LangGraph's ``PostgresSaver`` reads and continues the threads
+    this saver writes, and the other way round. ``schema`` puts the tables in another
+    schema; ``setup=False`` skips creating them; ``max_connections`` sizes the pool."""
+
+    _kind = "postgres"
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+
+
+class RedisSaver(RustCheckpointSaver):
+    """Plain Redis 7 (no modules), one server (``redis://``, ``rediss://``) or a Cluster
+    (``redis+cluster://host:port,host:port``). ``key_prefix`` separates stores sharing a
+    server; ``max_connections`` sizes the pool."""
+
+    _kind = "redis"
+
+    def __init__(self, url: str, **options: Any) -> None:
+        scheme, _, rest = url.partition("://")
+        if scheme == "redis+cluster":
+            self._kind = "redis-cluster"
+            url = ",".join(f"redis://{node}" for node in rest.split(",") if node)
+        super().__init__(url, **options)
+
+    def purge(self) -> int:
+        """Deletes every key under this saver's prefix (checkpoints, indexes, leases,
+        ledger) and returns how many were deleted. For tests and tear-down scripts."""
+        return self._native.destroy(True)
+
+    async def apurge(self) -> int:
+        """Async version of :meth:`purge`."""
+        return await self._native.destroy(False)
+
+
+class MongoSaver(RustCheckpointSaver):
+    """MongoDB 6 or later: the database is the URL's path (``mongodb://host/db``) or
+    ``database=``; ``collection_prefix`` separates stores sharing a database;
+    ``setup=False`` skips creating indexes."""
+
+    _kind = "mongodb"
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+
+    def drop_collections(self) -> None:
+        """Drops every collection of this configuration (checkpoints, values, writes,
+        leases, ledger). For tests and tear-down scripts."""
+        self._native.destroy(True)
+
+    async def adrop_collections(self) -> None:
+        """Async version of :meth:`drop_collections`."""
+        await self._native.destroy(False)

@@ -1,0 +1,68 @@
+//! Our [`Error`] as Python exceptions: each kind raises its class from
+//! `checkpoint_rs.errors` (defined in Python, so a class can also derive from the built-in
+//! exception a caller expects: `InvalidInputError` is a `ValueError`, `ConflictError` a
+//! `RuntimeError`, `UnsupportedError` a `NotImplementedError`, ...).
+
+use std::error::Error as _;
+
+use checkpoint_core::Error;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+
+/// The Python exception for `err`, its message the error and its whole source chain.
+pub(crate) fn to_py(err: Error) -> PyErr {
+    let class = match &err {
+        Error::NotFound { .. } => "NotFoundError",
+        Error::Conflict { .. } => "ConflictError",
+        Error::StaleFence { .. } => "StaleFenceError",
+        Error::InvalidInput { .. } => "InvalidInputError",
+        Error::LimitExceeded { .. } => "LimitExceededError",
+        Error::Rejected { .. } => "RejectedError",
+        Error::Unsupported { .. } => "UnsupportedError",
+        Error::Serialization { .. } => "SerializationError",
+        Error::Unavailable { .. } => "UnavailableError",
+        _ => "BackendError",
+    };
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    Python::attach(|py| {
+        let raised = (|| -> PyResult<PyErr> {
+            let class = py.import("checkpoint_rs.errors")?.getattr(class)?;
+            let exc = class.call1((message.clone(),))?;
+            if let Error::Conflict {
+                thread_id,
+                checkpoint_ns,
+                expected,
+                found,
+            } = &err
+            {
+                exc.setattr("thread_id", thread_id)?;
+                exc.setattr("checkpoint_ns", checkpoint_ns)?;
+                exc.setattr("expected", expected)?;
+                exc.setattr("found", found)?;
+            }
+            Ok(PyErr::from_value(exc))
+        })();
+        // The errors module is part of the package; failing to import it means a broken
+        // installation, reported with the original message.
+        raised.unwrap_or_else(|import| {
+            PyRuntimeError::new_err(format!("{message} (and raising it failed: {import})"))
+        })
+    })
+}
+
+/// `Result<T, Error>` → `PyResult<T>`.
+pub(crate) trait IntoPyResult<T> {
+    fn py(self) -> PyResult<T>;
+}
+
+impl<T> IntoPyResult<T> for checkpoint_core::Result<T> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(to_py)
+    }
+}

@@ -1,0 +1,196 @@
+//! Opening a backend, and the optional wrapper stack around it.
+
+use std::sync::Arc;
+
+use checkpoint_core::{Error, InMemorySaver, Result, Saver};
+use checkpoint_mongo::{MongoConfig, MongoSaver};
+use checkpoint_postgres::PostgresSaver;
+use checkpoint_redis::RedisSaver;
+use checkpoint_sanitize::{
+    Idempotent, IdempotentConfig, PendingMarkers, PendingMarkersConfig, SanitizeConfig,
+    SanitizeOnLoad, SkipUnsafePut, SkipUnsafePutConfig,
+};
+use checkpoint_sqlite::SqliteSaver;
+
+/// Which backend, and where.
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    Memory,
+    Sqlite(String),
+    Postgres(String),
+    Redis(String),
+    RedisCluster(Vec<String>),
+    Mongo(String),
+}
+
+/// Backend options; each applies to the backends that have it and is an error on the others.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Options {
+    /// PostgreSQL schema (default: the connection's `search_path`).
+    pub(crate) schema: Option<String>,
+    /// Redis key prefix.
+    pub(crate) key_prefix: Option<String>,
+    /// MongoDB database (default: the one in the URL's path).
+    pub(crate) database: Option<String>,
+    /// MongoDB collection prefix.
+    pub(crate) collection_prefix: Option<String>,
+    /// Pool size (PostgreSQL, Redis).
+    pub(crate) max_connections: Option<u32>,
+    /// Create tables and indexes when missing (PostgreSQL, MongoDB; SQLite always does).
+    pub(crate) setup: bool,
+}
+
+/// Which wrappers of `checkpoint-sanitize` to put around the backend (outermost first:
+/// sanitize-on-load, pending markers, skip-unsafe-put, idempotent — the canonical order).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Wrappers {
+    pub(crate) sanitize_on_load: bool,
+    pub(crate) pending_markers: bool,
+    pub(crate) skip_unsafe_put: bool,
+    pub(crate) idempotent: bool,
+}
+
+fn invalid(reason: String) -> Error {
+    Error::InvalidInput { reason }
+}
+
+fn reject_options(backend: &str, options: &Options, allowed: &[&str]) -> Result<()> {
+    let given = [
+        ("schema", options.schema.is_some()),
+        ("key_prefix", options.key_prefix.is_some()),
+        ("database", options.database.is_some()),
+        ("collection_prefix", options.collection_prefix.is_some()),
+        ("max_connections", options.max_connections.is_some()),
+    ];
+    match given
+        .iter()
+        .find(|(name, set)| *set && !allowed.contains(name))
+    {
+        Some((name, _)) => Err(invalid(format!("{backend} has no option {name:?}"))),
+        None => Ok(()),
+    }
+}
+
+/// The database a `mongodb://host/db` URL names, if any.
+fn mongo_database(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let path = rest.split_once('/')?.1;
+    let db = path.split(['?', '#']).next()?;
+    (!db.is_empty()).then(|| db.to_owned())
+}
+
+/// The backend-specific administration a Python class exposes besides the saver API.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Admin {
+    #[default]
+    None,
+    /// `RedisSaver.purge()`.
+    Redis(RedisSaver),
+    /// `MongoSaver.drop_collections()`.
+    Mongo(MongoSaver),
+}
+
+impl Admin {
+    /// Deletes everything the store holds under its prefix (Redis) or configuration
+    /// (MongoDB); returns the number of keys deleted where the backend counts them.
+    pub(crate) async fn destroy(self) -> Result<Option<u64>> {
+        match self {
+            Admin::None => Err(Error::Unsupported { op: "destroy" }),
+            Admin::Redis(saver) => saver.purge().await.map(Some),
+            Admin::Mongo(saver) => saver.drop_collections().await.map(|()| None),
+        }
+    }
+}
+
+/// Opens the backend.
+pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn Saver>, Admin)> {
+    let mut admin = Admin::None;
+    let saver: Arc<dyn Saver> = match backend {
+        Backend::Memory => {
+            reject_options("InMemorySaver", &options, &[])?;
+            Arc::new(InMemorySaver::new())
+        }
+        Backend::Sqlite(path) => {
+            reject_options("SqliteSaver", &options, &[])?;
+            if path == ":memory:" {
+                Arc::new(SqliteSaver::open_in_memory().await?)
+            } else {
+                Arc::new(SqliteSaver::open(path).await?)
+            }
+        }
+        Backend::Postgres(url) => {
+            reject_options("PostgresSaver", &options, &["schema", "max_connections"])?;
+            let mut builder = PostgresSaver::builder(&url)?;
+            if let Some(schema) = options.schema {
+                builder = builder.schema(schema);
+            }
+            if let Some(n) = options.max_connections {
+                builder = builder.max_connections(n);
+            }
+            let saver = builder.connect().await?;
+            if options.setup {
+                saver.setup().await?;
+            }
+            Arc::new(saver)
+        }
+        Backend::Redis(_) | Backend::RedisCluster(_) => {
+            reject_options("RedisSaver", &options, &["key_prefix", "max_connections"])?;
+            let mut builder = match backend {
+                Backend::RedisCluster(nodes) => RedisSaver::cluster_builder(nodes),
+                Backend::Redis(url) => RedisSaver::builder(url),
+                _ => unreachable!("matched above"),
+            };
+            if let Some(prefix) = options.key_prefix {
+                builder = builder.key_prefix(prefix);
+            }
+            if let Some(n) = options.max_connections {
+                builder = builder.pool_size(n);
+            }
+            let saver = builder.build().await?;
+            admin = Admin::Redis(saver.clone());
+            Arc::new(saver)
+        }
+        Backend::Mongo(url) => {
+            reject_options("MongoSaver", &options, &["database", "collection_prefix"])?;
+            let database = options
+                .database
+                .or_else(|| mongo_database(&url))
+                .ok_or_else(|| {
+                    invalid(
+                        "MongoSaver needs a database: in the URL's path (mongodb://host/db) \
+                         or as database=..."
+                            .into(),
+                    )
+                })?;
+            let mut config = MongoConfig::new(database);
+            if let Some(prefix) = options.collection_prefix {
+                config = config.collection_prefix(prefix);
+            }
+            let saver = MongoSaver::connect(&url, config).await?;
+            if options.setup {
+                saver.setup().await?;
+            }
+            admin = Admin::Mongo(saver.clone());
+            Arc::new(saver)
+        }
+    };
+    Ok((saver, admin))
+}
+
+/// Puts the chosen wrappers around `saver`, in the canonical order.
+pub(crate) fn wrap(saver: Arc<dyn Saver>, wrappers: Wrappers) -> Arc<dyn Saver> {
+    let mut saver = saver;
+    if wrappers.idempotent {
+        saver = Arc::new(Idempotent::new(saver, IdempotentConfig::default()));
+    }
+    if wrappers.skip_unsafe_put {
+        saver = Arc::new(SkipUnsafePut::new(saver, SkipUnsafePutConfig::default()));
+    }
+    if wrappers.pending_markers {
+        saver = Arc::new(PendingMarkers::new(saver, PendingMarkersConfig::default()));
+    }
+    if wrappers.sanitize_on_load {
+        saver = Arc::new(SanitizeOnLoad::new(saver, SanitizeConfig::default()));
+    }
+    saver
+}

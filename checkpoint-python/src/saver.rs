@@ -1,0 +1,397 @@
+//! `NativeSaver`: one opened backend (with its wrappers) and every operation, each callable
+//! blocking (the GIL released while Rust works) or as an asyncio awaitable (a tokio future
+//! bridged to the running event loop, which it never blocks).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use checkpoint_core::{
+    CheckpointConfig, ListOptions, PruneStrategy, PutOptions, PutWritesOptions, Result, Saver,
+    TypedValue,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use tokio::runtime::Runtime;
+
+use crate::convert;
+use crate::errors::{IntoPyResult, to_py};
+use crate::open::{self, Admin, Backend, Options, Wrappers};
+use crate::stream::TupleStream;
+
+/// The process-wide tokio runtime every call runs on (pyo3-async-runtimes' own, so awaitables
+/// and blocking calls share connections and pools).
+pub(crate) fn runtime() -> &'static Runtime {
+    pyo3_async_runtimes::tokio::get_runtime()
+}
+
+type Convert<R> = fn(Python<'_>, R) -> PyResult<Py<PyAny>>;
+
+/// Runs `fut` to completion without the GIL (`blocking`), or returns an awaitable of it;
+/// either way `convert` builds the Python result.
+fn call<R, F>(py: Python<'_>, blocking: bool, fut: F, convert: Convert<R>) -> PyResult<Py<PyAny>>
+where
+    R: Send + 'static,
+    F: Future<Output = Result<R>> + Send + 'static,
+{
+    if blocking {
+        let out = py.detach(|| runtime().block_on(fut)).py()?;
+        convert(py, out)
+    } else {
+        let awaitable = pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let out = fut.await.map_err(to_py)?;
+            Python::attach(|py| convert(py, out))
+        })?;
+        Ok(awaitable.unbind())
+    }
+}
+
+fn none(py: Python<'_>, (): ()) -> PyResult<Py<PyAny>> {
+    Ok(py.None())
+}
+
+fn config(thread_id: String, checkpoint_ns: String, id: Option<String>) -> CheckpointConfig {
+    CheckpointConfig {
+        thread_id,
+        checkpoint_ns,
+        checkpoint_id: id,
+        ..CheckpointConfig::default()
+    }
+}
+
+/// A new checkpoint id (UUID v6, time-ordered), as LangGraph makes them.
+#[pyfunction]
+pub(crate) fn new_checkpoint_id() -> String {
+    checkpoint_core::new_checkpoint_id()
+}
+
+/// An opened saver. Built by the Python classes of `checkpoint_rs`; not meant to be used
+/// directly.
+#[pyclass(frozen, module = "checkpoint_rs._native")]
+pub(crate) struct NativeSaver {
+    inner: Arc<dyn Saver>,
+    admin: Admin,
+    compare_and_set: bool,
+}
+
+#[pymethods]
+impl NativeSaver {
+    /// Opens `kind` (`memory`, `sqlite`, `postgres`, `redis`, `redis-cluster`, `mongodb`) at
+    /// `target` (a path or URL; for `redis-cluster`, comma-separated node URLs).
+    #[new]
+    #[pyo3(signature = (
+        kind, target, *, schema=None, key_prefix=None, database=None, collection_prefix=None,
+        max_connections=None, setup=true, sanitize_on_load=false, pending_markers=false,
+        skip_unsafe_put=false, idempotent=false, compare_and_set=false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        kind: &str,
+        target: String,
+        schema: Option<String>,
+        key_prefix: Option<String>,
+        database: Option<String>,
+        collection_prefix: Option<String>,
+        max_connections: Option<u32>,
+        setup: bool,
+        sanitize_on_load: bool,
+        pending_markers: bool,
+        skip_unsafe_put: bool,
+        idempotent: bool,
+        compare_and_set: bool,
+    ) -> PyResult<Self> {
+        let backend = match kind {
+            "memory" => Backend::Memory,
+            "sqlite" => Backend::Sqlite(target),
+            "postgres" => Backend::Postgres(target),
+            "redis" => Backend::Redis(target),
+            "redis-cluster" => Backend::RedisCluster(
+                target
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            "mongodb" => Backend::Mongo(target),
+            other => return Err(PyValueError::new_err(format!("unknown backend {other:?}"))),
+        };
+        let options = Options {
+            schema,
+            key_prefix,
+            database,
+            collection_prefix,
+            max_connections,
+            setup,
+        };
+        let wrappers = Wrappers {
+            sanitize_on_load,
+            pending_markers,
+            skip_unsafe_put,
+            idempotent,
+        };
+        let (saver, admin) = py
+            .detach(|| runtime().block_on(open::open(backend, options)))
+            .py()?;
+        let inner = open::wrap(saver, wrappers);
+        if compare_and_set && !inner.capabilities().compare_and_set {
+            return Err(PyValueError::new_err(
+                "compare_and_set: this backend does not provide compare-and-set puts",
+            ));
+        }
+        Ok(Self {
+            inner,
+            admin,
+            compare_and_set,
+        })
+    }
+
+    /// The optional operations the saver provides.
+    fn capabilities<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.inner.capabilities();
+        let dict = PyDict::new(py);
+        dict.set_item("copy_thread", c.copy_thread)?;
+        dict.set_item("prune", c.prune)?;
+        dict.set_item("delete_for_runs", c.delete_for_runs)?;
+        dict.set_item("compare_and_set", c.compare_and_set)?;
+        dict.set_item("leases", c.leases)?;
+        dict.set_item("ledger", c.ledger)?;
+        Ok(dict)
+    }
+
+    /// Whether every put is a compare-and-set put.
+    #[getter]
+    fn compare_and_set(&self) -> bool {
+        self.compare_and_set
+    }
+
+    /// The saver's description (backend and wrappers), never a connection string.
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.inner)
+    }
+
+    /// A tuple (see `convert::tuple_to_py`) or `None`.
+    #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, blocking))]
+    fn get_tuple(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        checkpoint_ns: String,
+        checkpoint_id: Option<String>,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let saver = self.inner.clone();
+        let config = config(thread_id, checkpoint_ns, checkpoint_id);
+        call(
+            py,
+            blocking,
+            async move { saver.get_tuple(&config).await },
+            |py, t| match t {
+                Some(t) => convert::tuple_to_py(py, &t),
+                None => Ok(py.None()),
+            },
+        )
+    }
+
+    /// Stores a checkpoint under parent `parent_id`; returns its id.
+    #[pyo3(signature = (thread_id, checkpoint_ns, parent_id, checkpoint, metadata, new_versions, blocking))]
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        checkpoint_ns: String,
+        parent_id: Option<String>,
+        checkpoint: &Bound<'_, PyAny>,
+        metadata: &str,
+        new_versions: &Bound<'_, PyAny>,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let checkpoint = convert::checkpoint(checkpoint)?;
+        let metadata = convert::metadata(metadata)?;
+        let new_versions = convert::versions("new_versions", new_versions)?;
+        let options = if self.compare_and_set {
+            PutOptions::compare_and_set()
+        } else {
+            PutOptions::new()
+        };
+        let saver = self.inner.clone();
+        let config = config(thread_id, checkpoint_ns, parent_id);
+        call(
+            py,
+            blocking,
+            async move {
+                saver
+                    .put(&config, checkpoint, metadata, new_versions, options)
+                    .await
+            },
+            |py, c| Ok(c.checkpoint_id.into_pyobject(py)?.into_any().unbind()),
+        )
+    }
+
+    /// Records `writes` (`[(channel, (type, bytes)), ...]`) of task `task_id`.
+    #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, writes, task_id, task_path, blocking))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_writes(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        checkpoint_ns: String,
+        checkpoint_id: Option<String>,
+        writes: &Bound<'_, PyList>,
+        task_id: String,
+        task_path: String,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let mut batch: Vec<(String, TypedValue)> = Vec::with_capacity(writes.len());
+        for item in writes.iter() {
+            let (channel, value): (String, Bound<'_, PyAny>) = item.extract()?;
+            let value = convert::typed_value(&format!("write to {channel:?}"), &value)?;
+            batch.push((channel, value));
+        }
+        let saver = self.inner.clone();
+        let config = config(thread_id, checkpoint_ns, checkpoint_id);
+        let options = PutWritesOptions::new().task_path(task_path);
+        call(
+            py,
+            blocking,
+            async move { saver.put_writes(&config, batch, &task_id, options).await },
+            none,
+        )
+    }
+
+    /// A cursor over the matching tuples, newest first (nothing is read until it is pulled).
+    #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, filter, before, limit))]
+    #[allow(clippy::too_many_arguments)]
+    fn list(
+        &self,
+        thread_id: Option<String>,
+        checkpoint_ns: Option<String>,
+        checkpoint_id: Option<String>,
+        filter: Option<&str>,
+        before: Option<String>,
+        limit: Option<usize>,
+    ) -> PyResult<TupleStream> {
+        let mut options = ListOptions::new().with_filter(convert::filter(filter)?);
+        options.thread_id = thread_id;
+        options.checkpoint_ns = checkpoint_ns;
+        options.checkpoint_id = checkpoint_id;
+        options.before = before;
+        options.limit = limit;
+        // `list` is lazy: building the stream does no I/O, but backends spawn on the runtime.
+        let _guard = runtime().enter();
+        Ok(TupleStream::new(self.inner.list(options)))
+    }
+
+    /// Deletes everything the store holds (Redis: every key under the prefix; MongoDB:
+    /// every collection of the configuration); the number of keys deleted or `None`.
+    fn destroy(&self, py: Python<'_>, blocking: bool) -> PyResult<Py<PyAny>> {
+        let admin = self.admin.clone();
+        call(py, blocking, admin.destroy(), |py, n| {
+            Ok(n.into_pyobject(py)?.into_any().unbind())
+        })
+    }
+
+    /// Deletes a thread (every namespace).
+    fn delete_thread(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let saver = self.inner.clone();
+        call(
+            py,
+            blocking,
+            async move { saver.delete_thread(&thread_id).await },
+            none,
+        )
+    }
+
+    /// Deletes the checkpoints of the given runs.
+    fn delete_for_runs(
+        &self,
+        py: Python<'_>,
+        run_ids: Vec<String>,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let saver = self.inner.clone();
+        call(
+            py,
+            blocking,
+            async move { saver.delete_for_runs(&run_ids).await },
+            none,
+        )
+    }
+
+    /// Copies a thread.
+    fn copy_thread(
+        &self,
+        py: Python<'_>,
+        source: String,
+        target: String,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let saver = self.inner.clone();
+        call(
+            py,
+            blocking,
+            async move { saver.copy_thread(&source, &target).await },
+            none,
+        )
+    }
+
+    /// Prunes threads: `keep_latest`, `delete`, or a number of checkpoints to keep per
+    /// namespace.
+    fn prune(
+        &self,
+        py: Python<'_>,
+        thread_ids: Vec<String>,
+        strategy: &Bound<'_, PyAny>,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let strategy = if let Ok(n) = strategy.extract::<usize>() {
+            PruneStrategy::KeepLast(n)
+        } else {
+            match strategy.extract::<String>()?.as_str() {
+                "keep_latest" => PruneStrategy::KeepLatest,
+                "delete" => PruneStrategy::DeleteAll,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown prune strategy {other:?} (keep_latest, delete, or a count)"
+                    )));
+                }
+            }
+        };
+        let saver = self.inner.clone();
+        call(
+            py,
+            blocking,
+            async move { saver.prune(&thread_ids, strategy).await },
+            none,
+        )
+    }
+
+    /// The delta history of `channels` at a checkpoint:
+    /// `{channel: (seed (type, bytes) or None, [(task_id, channel, (type, bytes)), ...])}`.
+    #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, channels, blocking))]
+    fn delta_channel_history(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        checkpoint_ns: String,
+        checkpoint_id: Option<String>,
+        channels: Vec<String>,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let saver = self.inner.clone();
+        let config = config(thread_id, checkpoint_ns, checkpoint_id);
+        call(
+            py,
+            blocking,
+            async move { saver.delta_channel_history(&config, &channels).await },
+            |py, h| convert::delta_to_py(py, &h),
+        )
+    }
+}

@@ -1,0 +1,100 @@
+//! `list` as a cursor Python pulls batches from, synchronously or awaiting.
+
+use std::sync::Arc;
+
+use checkpoint_core::{BoxStream, CheckpointTuple, Error, Result};
+use futures::{FutureExt, StreamExt};
+use pyo3::prelude::*;
+use tokio::sync::Mutex;
+
+use crate::convert::tuple_to_py;
+use crate::errors::to_py;
+use crate::saver::runtime;
+
+struct Cursor {
+    stream: BoxStream<'static, Result<CheckpointTuple>>,
+    /// An error met after some tuples of a batch: those are returned, this is raised next.
+    failed: Option<Error>,
+    done: bool,
+}
+
+/// The tuples of one `list` call, newest first, fetched page by page as they are pulled.
+#[pyclass(frozen, module = "checkpoint_rs._native")]
+pub(crate) struct TupleStream {
+    cursor: Arc<Mutex<Cursor>>,
+}
+
+impl TupleStream {
+    pub(crate) fn new(stream: BoxStream<'static, Result<CheckpointTuple>>) -> Self {
+        Self {
+            cursor: Arc::new(Mutex::new(Cursor {
+                stream,
+                failed: None,
+                done: false,
+            })),
+        }
+    }
+}
+
+/// Waits for the next tuple, then takes up to `max - 1` more that are ready without waiting
+/// (the rest of a fetched page). Empty: the stream is over.
+async fn next_batch(cursor: Arc<Mutex<Cursor>>, max: usize) -> Result<Vec<CheckpointTuple>> {
+    let mut cursor = cursor.lock().await;
+    if let Some(err) = cursor.failed.take() {
+        return Err(err);
+    }
+    let mut batch = Vec::new();
+    if cursor.done {
+        return Ok(batch);
+    }
+    match cursor.stream.next().await {
+        None => {
+            cursor.done = true;
+            return Ok(batch);
+        }
+        Some(Err(e)) => return Err(e),
+        Some(Ok(t)) => batch.push(t),
+    }
+    while batch.len() < max.max(1) {
+        match cursor.stream.next().now_or_never() {
+            None => break,
+            Some(None) => {
+                cursor.done = true;
+                break;
+            }
+            Some(Some(Ok(t))) => batch.push(t),
+            Some(Some(Err(e))) => {
+                cursor.failed = Some(e);
+                break;
+            }
+        }
+    }
+    Ok(batch)
+}
+
+fn batch_to_py(py: Python<'_>, batch: &[CheckpointTuple]) -> PyResult<Vec<Py<PyAny>>> {
+    batch.iter().map(|t| tuple_to_py(py, t)).collect()
+}
+
+#[pymethods]
+impl TupleStream {
+    /// The next tuples (at most `max`), blocking without the GIL; `[]` at the end.
+    #[pyo3(signature = (max = 64))]
+    fn next_batch(&self, py: Python<'_>, max: usize) -> PyResult<Vec<Py<PyAny>>> {
+        let cursor = self.cursor.clone();
+        let batch = py
+            .detach(|| runtime().block_on(next_batch(cursor, max)))
+            .map_err(to_py)?;
+        batch_to_py(py, &batch)
+    }
+
+    /// An awaitable of the next tuples (at most `max`); `[]` at the end.
+    #[pyo3(signature = (max = 64))]
+    fn anext_batch<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyAny>> {
+        let cursor = self.cursor.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let batch = next_batch(cursor, max).await.map_err(to_py)?;
+            Python::attach(|py| batch_to_py(py, &batch))
+        })
+    }
+}

@@ -1,0 +1,156 @@
+"""Real LangGraph graphs on every backend: the field reports' failures, reproduced with the
+runtime and shown impossible (or repairable) with checkpoint_rs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from langgraph.types import Command
+
+from checkpoint_rs import ConflictError
+from conftest import BACKENDS, PERSISTENT
+from graphs import effects_of, record, review_graph, slow_graph
+
+HERE = Path(__file__).parent
+
+
+def run_worker_until(
+    spec: str, thread_id: str, effects: Path, marker: str, hang_in: str | None = None
+) -> None:
+    """Starts agent.py, waits until it prints `marker`, then kills it with SIGKILL."""
+    args = [sys.executable, str(HERE / "agent.py"), spec, thread_id, str(effects)]
+    if hang_in:
+        args.append(hang_in)
+    proc = subprocess.Popen(
+        args,
+        cwd=HERE,
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip() == marker:
+                break
+        else:
+            proc.wait()
+            pytest.fail(
+                f"the worker ended before {marker!r}: {''.join(lines)}{proc.stderr.read()}"
+            )
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL
+    finally:
+        watchdog.cancel()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize("kind", PERSISTENT)
+async def test_interrupt_survives_sigkill_and_resumes_elsewhere(kind, make_store, tmp_path):
+    """Seeds 000 and 003: a worker reaches an interrupt and is killed (SIGKILL) before it
+    shows the question. Another process finds the paused graph with its interrupt payload,
+    shows the question (recovery on read), and resumes it with Command(resume=...) without
+    re-running the steps before the interrupt."""
+    store = make_store(kind)
+    effects = tmp_path / "effects"
+    run_worker_until(store.spec(), "review-1", effects, "INTERRUPTED")
+    assert effects_of(effects) == ["classify"]
+
+    saver = store.saver()
+    graph = review_graph(effects).compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "review-1"}}
+    state = await graph.aget_state(config)
+    assert state.next == ("present",)
+    (pending,) = state.interrupts
+    assert pending.value == {
+        "question": "Rebalance the portfolio?",
+        "options": ["hold", "rebalance"],
+    }
+    assert state.values["classification"]["kind"] == "rebalance"
+    record(effects, "question-shown")  # the side effect the killed worker never ran
+
+    result = await graph.ainvoke(Command(resume="rebalance"), config)
+    assert result["decision"] == "rebalance"
+    assert result["steps"] == ["classify", "present", "act"]
+    assert effects_of(effects) == ["classify", "question-shown", "present", "act"]
+    assert (await graph.aget_state(config)).next == ()
+
+
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_worker_killed_mid_step_continues_from_its_input(kind, make_store, tmp_path):
+    """A worker is killed in the middle of the first step. The thread keeps the input
+    checkpoint: another process continues it with invoke(None) (the input is not sent
+    again), re-runs only the unfinished step and reaches the interrupt."""
+    store = make_store(kind)
+    effects = tmp_path / "effects"
+    run_worker_until(store.spec(), "review-2", effects, "HANGING in classify", "classify")
+
+    graph = review_graph(effects).compile(checkpointer=store.saver())
+    config = {"configurable": {"thread_id": "review-2"}}
+    state = graph.get_state(config)
+    assert state.next == ("classify",)
+    assert state.values["request"] == "rebalance my portfolio"
+
+    result = graph.invoke(None, config)
+    assert "__interrupt__" in result
+    result = graph.invoke(Command(resume="hold"), config)
+    assert result["decision"] == "hold"
+    assert effects_of(effects) == ["classify", "classify", "present", "act"]
+
+
+def _forks(saver, thread_id: str) -> list[str | None]:
+    """Parents with more than one child in the root namespace (None: several roots)."""
+    parents = Counter(
+        t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else None
+        for t in saver.list({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    )
+    return [p for p, n in parents.items() if n > 1]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_concurrent_invocations_cannot_fork_with_compare_and_set(kind, make_store):
+    """Seed 002 (LangGraph issue #8796): two messages for one thread are processed at once.
+    Without compare-and-set both runs commit and the thread's history forks silently; with
+    it, exactly one run wins, the other gets ConflictError, and the history stays a line."""
+    store = make_store(kind)
+    graph = slow_graph().compile(checkpointer=store.saver())
+    config = {"configurable": {"thread_id": "chat-forked"}}
+    results = await asyncio.gather(
+        graph.ainvoke({"log": ["message 1"]}, config),
+        graph.ainvoke({"log": ["message 2"]}, config),
+        return_exceptions=True,
+    )
+    assert not any(isinstance(r, BaseException) for r in results), results
+    assert _forks(store.saver(), "chat-forked"), "the unguarded runs should have forked"
+
+    guarded = make_store(kind)
+    saver = guarded.saver(compare_and_set=True)
+    graph = slow_graph().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "chat-guarded"}}
+    results = await asyncio.gather(
+        graph.ainvoke({"log": ["message 1"]}, config),
+        graph.ainvoke({"log": ["message 2"]}, config),
+        return_exceptions=True,
+    )
+    conflicts = [r for r in results if isinstance(r, ConflictError)]
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    assert len(conflicts) == 1 and len(winners) == 1, results
+    assert conflicts[0].thread_id == "chat-guarded"
+    assert _forks(saver, "chat-guarded") == []
+    # The loser retries on the new head: the thread now holds both messages, in order.
+    final = await graph.ainvoke({"log": ["retry"]}, config)
+    assert final["log"][-2:] == ["retry", "work"]
+    assert _forks(saver, "chat-guarded") == []
