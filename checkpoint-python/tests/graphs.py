@@ -93,3 +93,151 @@ def slow_graph(delay: float = 0.3):
     builder.add_edge(START, "work")
     builder.add_edge("work", END)
     return builder
+
+
+# -- a tool-calling agent (seed 004) -------------------------------------------------------
+
+from langchain_core.language_models import BaseChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langgraph.graph import MessagesState  # noqa: E402
+from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
+
+
+class ProviderRejected(Exception):
+    """What a chat provider answers (HTTP 400) to a history with unanswered tool calls."""
+
+
+def check_tool_calls_answered(messages: list[BaseMessage]) -> None:
+    """The provider-side rule (OpenAI, Anthropic): an assistant message with tool_calls must
+    be followed by a tool message for each call id before the next non-tool message."""
+    open_calls: set[str] = set()
+    for m in messages:
+        if isinstance(m, ToolMessage):
+            open_calls.discard(m.tool_call_id)
+            continue
+        if open_calls:
+            raise ProviderRejected(
+                "400: An assistant message with 'tool_calls' must be followed by tool "
+                f"messages responding to each 'tool_call_id'; missing {sorted(open_calls)}"
+            )
+        if isinstance(m, AIMessage):
+            open_calls = {c["id"] for c in m.tool_calls}
+    if open_calls:
+        raise ProviderRejected(f"400: unanswered tool calls {sorted(open_calls)}")
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model without network: validates the history as a provider does, asks for
+    the order lookup tool on a refund request, and answers from a tool result."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        check_tool_calls_answered(messages)
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            reply = AIMessage(content=f"Tool said: {last.content}")
+        elif "refund" in str(last.content):
+            reply = AIMessage(
+                content="",
+                tool_calls=[{"name": "lookup_order", "args": {"order": "1001"}, "id": "call_1001"}],
+            )
+        else:
+            reply = AIMessage(content=f"You said: {last.content}")
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def tool_agent_graph(effects: Path, hang_in: str | None = None):
+    """agent -> tools -> agent, LangGraph's prebuilt ToolNode and tools_condition."""
+
+    @tool
+    def lookup_order(order: str) -> str:
+        """Looks an order up."""
+        record(effects, "lookup_order")
+        if hang_in == "lookup_order":
+            print("HANGING in lookup_order", flush=True)
+            while True:
+                import time
+
+                time.sleep(1)
+        return f"order {order}: 89.90 EUR, delivered"
+
+    model = ScriptedChatModel()
+
+    def agent(state: MessagesState):
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([lookup_order]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder
+
+
+# -- nested workers that interrupt (seed 001) ------------------------------------------------
+
+
+class TeamState(TypedDict, total=False):
+    """The state of the team and of its workers (plain last-value channels, so a worker's
+    output overwrites the parent's keys with the values it was given plus its own)."""
+
+    request: str
+    intake: str
+    hr: str
+    it: str
+
+
+def worker_graph(name: str, effects: Path):
+    """A worker agent: gather -> ask (interrupts for a human answer) -> finish."""
+
+    def gather(state: TeamState) -> TeamState:
+        record(effects, f"{name}.gather")
+        return {}
+
+    def ask(state: TeamState) -> TeamState:
+        answer = interrupt(f"{name}: what should I do?")
+        record(effects, f"{name}.ask")
+        return {name: answer}
+
+    def finish(state: TeamState) -> TeamState:
+        record(effects, f"{name}.finish")
+        return {}
+
+    builder = StateGraph(TeamState)
+    builder.add_node("gather", gather)
+    builder.add_node("ask", ask)
+    builder.add_node("finish", finish)
+    builder.add_edge(START, "gather")
+    builder.add_edge("gather", "ask")
+    builder.add_edge("ask", "finish")
+    builder.add_edge("finish", END)
+    return builder.compile()
+
+
+def team_graph(effects: Path):
+    """intake (interrupts) -> hr worker -> it worker, each worker a subgraph with its own
+    checkpoint namespace."""
+
+    def intake(state: TeamState) -> TeamState:
+        need = interrupt("intake: what do you need?")
+        record(effects, "intake")
+        return {"intake": need}
+
+    builder = StateGraph(TeamState)
+    builder.add_node("intake", intake)
+    builder.add_node("hr", worker_graph("hr", effects))
+    builder.add_node("it", worker_graph("it", effects))
+    builder.add_edge(START, "intake")
+    builder.add_edge("intake", "hr")
+    builder.add_edge("hr", "it")
+    builder.add_edge("it", END)
+    return builder

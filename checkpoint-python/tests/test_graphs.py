@@ -17,16 +17,32 @@ from langgraph.types import Command
 
 from checkpoint_rs import ConflictError
 from conftest import BACKENDS, PERSISTENT
-from graphs import effects_of, record, review_graph, slow_graph
+from langchain_core.messages import HumanMessage, ToolMessage
+
+from graphs import (
+    ProviderRejected,
+    check_tool_calls_answered,
+    effects_of,
+    record,
+    review_graph,
+    slow_graph,
+    team_graph,
+    tool_agent_graph,
+)
 
 HERE = Path(__file__).parent
 
 
 def run_worker_until(
-    spec: str, thread_id: str, effects: Path, marker: str, hang_in: str | None = None
+    spec: str,
+    thread_id: str,
+    effects: Path,
+    marker: str,
+    hang_in: str | None = None,
+    graph: str = "review",
 ) -> None:
     """Starts agent.py, waits until it prints `marker`, then kills it with SIGKILL."""
-    args = [sys.executable, str(HERE / "agent.py"), spec, thread_id, str(effects)]
+    args = [sys.executable, str(HERE / "agent.py"), spec, graph, thread_id, str(effects)]
     if hang_in:
         args.append(hang_in)
     proc = subprocess.Popen(
@@ -154,3 +170,83 @@ async def test_concurrent_invocations_cannot_fork_with_compare_and_set(kind, mak
     final = await graph.ainvoke({"log": ["retry"]}, config)
     assert final["log"][-2:] == ["retry", "work"]
     assert _forks(saver, "chat-guarded") == []
+
+
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_tool_crash_leaves_no_orphan_tool_calls_with_sanitize_on_load(kind, make_store, tmp_path):
+    """Seed 004: the agent asked for a tool and the process died while the tool ran. The
+    stored history ends with an AIMessage whose tool_calls have no ToolMessage, and the next
+    request sends that history to the model, which rejects it (a provider's HTTP 400). With
+    sanitize_on_load the loaded history is repaired (a placeholder result answers the
+    orphan call) and the conversation goes on, every message kept."""
+    for guarded in (False, True):
+        store = make_store(kind)
+        effects = tmp_path / f"effects-{guarded}"
+        run_worker_until(
+            store.spec(), "chat", effects, "HANGING in lookup_order", "lookup_order", "tools"
+        )
+        saver = store.saver(sanitize_on_load=guarded)
+        graph = tool_agent_graph(effects).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "chat"}}
+        follow_up = {"messages": [HumanMessage(content="Are you still there?")]}
+        if not guarded:
+            with pytest.raises(ProviderRejected, match="call_1001"):
+                graph.invoke(follow_up, config)
+            continue
+        messages = graph.invoke(follow_up, config)["messages"]
+        check_tool_calls_answered(messages)
+        assert messages[0].content == "Please refund order 1001"
+        assert [c["id"] for c in messages[1].tool_calls] == ["call_1001"]
+        assert isinstance(messages[2], ToolMessage) and messages[2].tool_call_id == "call_1001"
+        assert messages[-1].content == "You said: Are you still there?"
+        assert effects_of(effects) == ["lookup_order"]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_nested_workers_resume_where_they_interrupted(kind, make_store, tmp_path):
+    """Seed 001: workers are subgraphs (each with its own checkpoint namespace) that
+    interrupt for a human answer. Each resume, through a freshly opened saver, continues
+    the worker at its interrupt: no worker restarts from its beginning, no question is asked
+    twice."""
+    store = make_store(kind)
+    effects = tmp_path / "effects"
+    config = {"configurable": {"thread_id": "team"}}
+
+    def graph():
+        return team_graph(effects).compile(checkpointer=store.saver())
+
+    result = await graph().ainvoke({"request": "onboard Ada"}, config)
+    questions = [result["__interrupt__"][0].value]
+    for answer in ["laptop and payroll", "payroll in EUR", "a Linux laptop"]:
+        result = await graph().ainvoke(Command(resume=answer), config)
+        if "__interrupt__" in result:
+            questions.append(result["__interrupt__"][0].value)
+            # The paused worker's state lives in its own namespace.
+            state = await graph().aget_state(config, subgraphs=True)
+            (task,) = state.tasks
+            assert task.state is not None and task.state.next == ("ask",)
+    assert questions == [
+        "intake: what do you need?",
+        "hr: what should I do?",
+        "it: what should I do?",
+    ]
+    assert result == {
+        "request": "onboard Ada",
+        "intake": "laptop and payroll",
+        "hr": "payroll in EUR",
+        "it": "a Linux laptop",
+    }
+    assert effects_of(effects) == [
+        "intake",
+        "hr.gather",
+        "hr.ask",
+        "hr.finish",
+        "it.gather",
+        "it.ask",
+        "it.finish",
+    ]
+    namespaces = {
+        t.config["configurable"]["checkpoint_ns"].split(":")[0]
+        for t in store.saver().list({"configurable": {"thread_id": "team"}})
+    }
+    assert namespaces == {"", "hr", "it"}

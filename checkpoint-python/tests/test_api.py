@@ -1,0 +1,129 @@
+"""The saver API beyond the conformance suite: the synchronous methods, streaming lists
+longer than a batch, the delta history against LangGraph's own default walk, versions,
+and typed errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+
+import checkpoint_rs
+from checkpoint_rs import errors
+from conftest import BACKENDS
+
+
+def put_chain(saver, thread_id: str, n: int, ns: str = "") -> list[str]:
+    """n checkpoints in a line, each with one pending write to `log` and a new `count`."""
+    ids, config = [], {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    version = None
+    for step in range(n):
+        c = empty_checkpoint()
+        version = saver.get_next_version(version, None)
+        c["channel_values"] = {"count": step}
+        c["channel_versions"] = {"count": version}
+        config = saver.put(config, c, {"source": "loop", "step": step, "parents": {}}, {"count": version})
+        saver.put_writes(config, [("log", f"wrote {step}")], f"task-{step}", task_path="~root")
+        ids.append(config["configurable"]["checkpoint_id"])
+    return ids
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_sync_api_round_trip_and_long_lists(kind, make_store) -> None:
+    saver = make_store(kind).saver()
+    ids = put_chain(saver, "long", 150)
+    config = {"configurable": {"thread_id": "long"}}
+    latest = saver.get_tuple(config)
+    assert latest.config["configurable"]["checkpoint_id"] == ids[-1]
+    assert latest.checkpoint["channel_values"] == {"count": 149}
+    assert latest.pending_writes == [("task-149", "log", "wrote 149")]
+    assert latest.parent_config["configurable"]["checkpoint_id"] == ids[-2]
+    # More than two batches of the stream, in order, synchronous and asynchronous.
+    listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
+    assert listed == ids[::-1]
+
+    async def alist():
+        return [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(config)]
+
+    assert asyncio.run(alist()) == ids[::-1]
+    assert [t.metadata["step"] for t in saver.list(config, limit=3)] == [149, 148, 147]
+    before = {"configurable": {"thread_id": "long", "checkpoint_id": ids[100]}}
+    assert len(list(saver.list(config, before=before))) == 100
+    hits = list(saver.list(None, filter={"step": 7}))
+    assert [t.config["configurable"]["checkpoint_id"] for t in hits] == [ids[7]]
+
+    saver.copy_thread("long", "copy")
+    assert len(list(saver.list({"configurable": {"thread_id": "copy"}}))) == 150
+    saver.prune(["copy"], strategy="keep_latest")
+    assert len(list(saver.list({"configurable": {"thread_id": "copy"}}))) == 1
+    saver.delete_thread("long")
+    assert saver.get_tuple(config) is None
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_delta_history_matches_langgraphs_default_walk(kind, make_store) -> None:
+    saver = make_store(kind).saver()
+    ids = put_chain(saver, "delta", 12)
+    target = {"configurable": {"thread_id": "delta", "checkpoint_ns": "", "checkpoint_id": ids[-1]}}
+    channels = ["log", "count", "absent"]
+    ours = await saver.aget_delta_channel_history(config=target, channels=channels)
+    walked = await BaseCheckpointSaver.aget_delta_channel_history(
+        saver, config=target, channels=channels
+    )
+    assert ours == walked
+    assert ours["count"] == {"writes": [], "seed": 10}
+    assert ours["log"]["writes"] == [(f"task-{i}", "log", f"wrote {i}") for i in range(11)]
+    assert "seed" not in ours["absent"]
+    assert saver.get_delta_channel_history(config=target, channels=channels) == ours
+    assert await saver.aget_delta_channel_history(config=target, channels=[]) == {}
+
+
+def test_versions_are_langgraphs_strings() -> None:
+    saver = checkpoint_rs.InMemorySaver()
+    v1 = saver.get_next_version(None, None)
+    v2 = saver.get_next_version(v1, None)
+    assert v1.startswith("0" * 31 + "1.") and v2.startswith("0" * 31 + "2.")
+    assert v2 > v1
+    assert saver.get_next_version(7, None).startswith("0" * 31 + "8.")
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_conflict_error_names_the_heads(kind, make_store) -> None:
+    saver = make_store(kind).saver(compare_and_set=True)
+    root = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    first = empty_checkpoint()
+    stored = await saver.aput(root, first, {"step": 0}, {})
+    second = empty_checkpoint()
+    await saver.aput(stored, second, {"step": 1}, {})
+    stale = empty_checkpoint()
+    with pytest.raises(checkpoint_rs.ConflictError) as raised:
+        await saver.aput(stored, stale, {"step": 1}, {})
+    assert isinstance(raised.value, RuntimeError)
+    assert (raised.value.thread_id, raised.value.checkpoint_ns) == ("t", "")
+    assert raised.value.expected == first["id"] and raised.value.found == second["id"]
+    assert (await saver.aget_tuple(root)).checkpoint["id"] == second["id"]
+
+
+def test_bad_input_gets_typed_errors(tmp_path) -> None:
+    saver = checkpoint_rs.SqliteSaver(str(tmp_path / "x.db"))
+    with pytest.raises(errors.InvalidInputError) as raised:
+        saver.put({"configurable": {"thread_id": ""}}, empty_checkpoint(), {}, {})
+    assert isinstance(raised.value, ValueError) and "thread" in str(raised.value)
+    with pytest.raises(ValueError, match="prune strategy"):
+        saver.prune(["t"], strategy="keep_some")
+    with pytest.raises(errors.InvalidInputError):
+        checkpoint_rs.PostgresSaver("not a url")
+    with pytest.raises(errors.InvalidInputError, match="no option"):
+        checkpoint_rs.SqliteSaver(str(tmp_path / "y.db"), schema="s")
+    with pytest.raises(errors.InvalidInputError, match="database"):
+        checkpoint_rs.MongoSaver("mongodb://127.0.0.1:1")
+    with pytest.raises(TypeError, match="version"):
+        c = empty_checkpoint()
+        c["channel_versions"] = {"x": 1.5}
+        saver.put({"configurable": {"thread_id": "t"}}, c, {}, {"x": 1.5})
+    with pytest.raises(errors.UnavailableError) as raised:
+        checkpoint_rs.RedisSaver("redis://127.0.0.1:1")
+    assert isinstance(raised.value, ConnectionError)
+    # Nothing was stored by any of the rejected calls.
+    assert list(saver.list(None)) == []
