@@ -47,3 +47,30 @@ checkpoint_wait() {
     sleep 0.25
   done
 }
+
+# Commands the service scripts append to stop what they started; checkpoint_start_services
+# runs them when the calling script exits.
+cleanup_cmds=()
+checkpoint_run_cleanup() { for c in "${cleanup_cmds[@]+"${cleanup_cmds[@]}"}"; do eval "$c" || true; done; }
+
+# checkpoint_start_services [NAME...]: makes sure the servers the tests need are running, by
+# sourcing scripts/services/NAME.sh for each NAME (every script there when none is given).
+# Each one starts or installs its server idempotently, exports CHECKPOINT_TEST_<NAME>_URL
+# and may append to cleanup_cmds, which run when the calling script exits.
+checkpoint_start_services() {
+  trap checkpoint_run_cleanup EXIT
+  local dir service
+  dir="$(dirname "${BASH_SOURCE[0]}")/services"
+  if [ $# -eq 0 ]; then
+    set -- "$dir"/*.sh
+  else
+    set -- "${@/#/$dir/}"
+    set -- "${@/%/.sh}"
+  fi
+  for service in "$@"; do
+    [ -e "$service" ] || continue
+    echo "==> $service"
+    # shellcheck source=/dev/null
+    source "$service"
+  done
+}

@@ -11,21 +11,10 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
-# Service scripts append commands here to stop what they started; run on exit.
-cleanup_cmds=()
-run_cleanup() { for c in "${cleanup_cmds[@]+"${cleanup_cmds[@]}"}"; do eval "$c" || true; done; }
-trap run_cleanup EXIT
-
 # Each backend's service script (scripts/services/<backend>.sh) makes sure its server is
-# running (installing or starting it when needed, idempotently), exports
-# CHECKPOINT_TEST_<BACKEND>_URL, and may append to cleanup_cmds. Sourced, so the exports reach
-# cargo below.
-for service in scripts/services/*.sh; do
-  [ -e "$service" ] || continue
-  echo "==> $service"
-  # shellcheck source=/dev/null
-  source "$service"
-done
+# running (installing or starting it when needed, idempotently) and exports
+# CHECKPOINT_TEST_<BACKEND>_URL for cargo below; what they start stops when this script exits.
+checkpoint_start_services
 
 echo "==> cargo test --workspace"
 cargo test --workspace --all-targets --all-features --no-fail-fast
