@@ -74,6 +74,23 @@ pub(crate) struct NativeSaver {
     compare_and_set: bool,
 }
 
+impl NativeSaver {
+    /// [`call`] with an operation on the saver.
+    fn run<R, F>(
+        &self,
+        py: Python<'_>,
+        blocking: bool,
+        op: impl FnOnce(Arc<dyn Saver>) -> F,
+        convert: Convert<R>,
+    ) -> PyResult<Py<PyAny>>
+    where
+        R: Send + 'static,
+        F: Future<Output = Result<R>> + Send + 'static,
+    {
+        call(py, blocking, op(self.inner.clone()), convert)
+    }
+}
+
 #[pymethods]
 impl NativeSaver {
     /// Opens `kind` (`memory`, `sqlite`, `postgres`, `redis`, `redis-cluster`, `mongodb`) at
@@ -181,12 +198,11 @@ impl NativeSaver {
         checkpoint_id: Option<String>,
         blocking: bool,
     ) -> PyResult<Py<PyAny>> {
-        let saver = self.inner.clone();
         let config = config(thread_id, checkpoint_ns, checkpoint_id);
-        call(
+        self.run(
             py,
             blocking,
-            async move { saver.get_tuple(&config).await },
+            move |saver| async move { saver.get_tuple(&config).await },
             |py, t| match t {
                 Some(t) => convert::tuple_to_py(py, &t),
                 None => Ok(py.None()),
@@ -216,12 +232,11 @@ impl NativeSaver {
         } else {
             PutOptions::new()
         };
-        let saver = self.inner.clone();
         let config = config(thread_id, checkpoint_ns, parent_id);
-        call(
+        self.run(
             py,
             blocking,
-            async move {
+            move |saver| async move {
                 saver
                     .put(&config, checkpoint, metadata, new_versions, options)
                     .await
@@ -250,13 +265,12 @@ impl NativeSaver {
             let value = convert::typed_value(&format!("write to {channel:?}"), &value)?;
             batch.push((channel, value));
         }
-        let saver = self.inner.clone();
         let config = config(thread_id, checkpoint_ns, checkpoint_id);
         let options = PutWritesOptions::new().task_path(task_path);
-        call(
+        self.run(
             py,
             blocking,
-            async move { saver.put_writes(&config, batch, &task_id, options).await },
+            move |saver| async move { saver.put_writes(&config, batch, &task_id, options).await },
             none,
         )
     }
@@ -300,11 +314,10 @@ impl NativeSaver {
         thread_id: String,
         blocking: bool,
     ) -> PyResult<Py<PyAny>> {
-        let saver = self.inner.clone();
-        call(
+        self.run(
             py,
             blocking,
-            async move { saver.delete_thread(&thread_id).await },
+            move |saver| async move { saver.delete_thread(&thread_id).await },
             none,
         )
     }
@@ -316,11 +329,10 @@ impl NativeSaver {
         run_ids: Vec<String>,
         blocking: bool,
     ) -> PyResult<Py<PyAny>> {
-        let saver = self.inner.clone();
-        call(
+        self.run(
             py,
             blocking,
-            async move { saver.delete_for_runs(&run_ids).await },
+            move |saver| async move { saver.delete_for_runs(&run_ids).await },
             none,
         )
     }
@@ -333,11 +345,10 @@ impl NativeSaver {
         target: String,
         blocking: bool,
     ) -> PyResult<Py<PyAny>> {
-        let saver = self.inner.clone();
-        call(
+        self.run(
             py,
             blocking,
-            async move { saver.copy_thread(&source, &target).await },
+            move |saver| async move { saver.copy_thread(&source, &target).await },
             none,
         )
     }
@@ -364,11 +375,10 @@ impl NativeSaver {
                 }
             }
         };
-        let saver = self.inner.clone();
-        call(
+        self.run(
             py,
             blocking,
-            async move { saver.prune(&thread_ids, strategy).await },
+            move |saver| async move { saver.prune(&thread_ids, strategy).await },
             none,
         )
     }
@@ -385,12 +395,11 @@ impl NativeSaver {
         channels: Vec<String>,
         blocking: bool,
     ) -> PyResult<Py<PyAny>> {
-        let saver = self.inner.clone();
         let config = config(thread_id, checkpoint_ns, checkpoint_id);
-        call(
+        self.run(
             py,
             blocking,
-            async move { saver.delta_channel_history(&config, &channels).await },
+            move |saver| async move { saver.delta_channel_history(&config, &channels).await },
             |py, h| convert::delta_to_py(py, &h),
         )
     }

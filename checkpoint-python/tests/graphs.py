@@ -21,6 +21,15 @@ def record(effects: Path, what: str) -> None:
         f.flush()
 
 
+def hang(where: str) -> None:
+    """Announces `where` on stdout and waits forever, for a test to kill the process."""
+    import time
+
+    print(f"HANGING in {where}", flush=True)
+    while True:
+        time.sleep(1)
+
+
 def effects_of(effects: Path) -> list[str]:
     return effects.read_text().split() if effects.exists() else []
 
@@ -42,11 +51,7 @@ def review_graph(effects: Path, hang_in: str | None = None):
     def step(name: str) -> None:
         record(effects, name)
         if hang_in == name:
-            print(f"HANGING in {name}", flush=True)
-            while True:
-                import time
-
-                time.sleep(1)
+            hang(name)
 
     def classify(state: ReviewState) -> ReviewState:
         step("classify")
@@ -162,11 +167,7 @@ def tool_agent_graph(effects: Path, hang_in: str | None = None):
         """Looks an order up."""
         record(effects, "lookup_order")
         if hang_in == "lookup_order":
-            print("HANGING in lookup_order", flush=True)
-            while True:
-                import time
-
-                time.sleep(1)
+            hang("lookup_order")
         return f"order {order}: 89.90 EUR, delivered"
 
     model = ScriptedChatModel()
