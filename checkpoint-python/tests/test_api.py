@@ -127,3 +127,41 @@ def test_bad_input_gets_typed_errors(tmp_path) -> None:
     assert isinstance(raised.value, ConnectionError)
     # Nothing was stored by any of the rejected calls.
     assert list(saver.list(None)) == []
+
+
+async def test_async_calls_do_not_block_the_event_loop(make_store) -> None:
+    """An awaited read that waits on the server (a table lock held by another session)
+    leaves the event loop free: other coroutines run meanwhile, and one of them ends the
+    wait. A read that blocked the loop would only end when the watchdog thread gives up."""
+    import threading
+
+    import psycopg
+
+    store = make_store("postgres")
+    saver = store.saver()
+    put_chain(saver, "t", 1)
+    locker = psycopg.connect(store.target)
+    locker.execute(f'LOCK TABLE "{store.options["schema"]}".checkpoints IN ACCESS EXCLUSIVE MODE')
+    fired = threading.Event()
+
+    def give_up() -> None:
+        fired.set()
+        locker.rollback()
+
+    watchdog = threading.Timer(20, give_up)
+    watchdog.start()
+    try:
+        read = asyncio.create_task(saver.aget_tuple({"configurable": {"thread_id": "t"}}))
+        await asyncio.sleep(0.2)  # the read reaches the server and waits for the lock
+        ticks = 0
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not read.done() and ticks == 10
+        locker.rollback()  # this coroutine, not the watchdog, ends the wait
+        tup = await asyncio.wait_for(read, 20)
+    finally:
+        watchdog.cancel()
+        locker.close()
+    assert not fired.is_set()
+    assert tup.checkpoint["channel_values"] == {"count": 0}
