@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod inspect;
+pub mod migrate;
 pub mod render;
 pub mod store;
 

@@ -124,6 +124,28 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Connects to the store to write to it, creating what a saver needs: the SQLite file
+    /// and its schema, PostgreSQL's tables, MongoDB's indexes (each idempotent).
+    pub async fn open_for_writing(&self) -> Result<Arc<dyn Saver>, CliError> {
+        let saver: Arc<dyn Saver> = match self {
+            Store::Sqlite(path) => Arc::new(SqliteSaver::open(path).await?),
+            Store::Postgres(url) => {
+                let saver = PostgresSaver::connect(url).await?;
+                saver.setup().await?;
+                Arc::new(saver)
+            }
+            Store::Mongo { uri, database } => {
+                let saver = MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?;
+                saver.setup().await?;
+                Arc::new(saver)
+            }
+            Store::Redis(_) | Store::RedisCluster(_) => return self.open().await,
+        };
+        Ok(saver)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,348 @@
+//! `migrate`: copy threads from one store to another, exactly, streaming, resumable.
+//!
+//! A thread is copied namespace by namespace, oldest checkpoint first, so a parent is always
+//! in the target before its children. Only the thread's addresses (namespace and id) are
+//! held in memory; each checkpoint is read, written and dropped in turn. Every write is one
+//! the contract makes idempotent (a put of an existing id replaces it with the same content,
+//! a value version is stored once, a pending write exists once per task and index), so a
+//! migration killed at any point and run again ends in the same state as one that never
+//! stopped.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use checkpoint_core::{
+    ChannelVersions, CheckpointConfig, CheckpointTuple, ListOptions, PendingWrite, PutOptions,
+    PutWritesOptions, Saver, TypedValue,
+};
+use futures::{StreamExt, TryStreamExt};
+use serde_json::{Value, json};
+
+use crate::CliError;
+
+/// What `migrate` copies and how.
+#[derive(Clone, Debug, Default)]
+pub struct MigrateOptions {
+    /// Only these threads (all threads of the source when empty).
+    pub threads: Vec<String>,
+    /// Threads copied at once.
+    pub jobs: usize,
+    /// Re-read both sides of every copied thread and compare them.
+    pub verify: bool,
+    /// Count what would be copied; write nothing.
+    pub dry_run: bool,
+}
+
+/// Progress counters, shared with whoever reports progress while the migration runs.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Threads finished.
+    pub threads: AtomicU64,
+    /// Checkpoints copied (or, in a dry run, counted).
+    pub checkpoints: AtomicU64,
+    /// Pending writes copied.
+    pub writes: AtomicU64,
+    /// Threads in all, once known.
+    pub total_threads: AtomicU64,
+}
+
+/// One thread's difference between source and target, found by `--verify`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    /// The thread.
+    pub thread_id: String,
+    /// The namespace and checkpoint id, when the difference is one checkpoint's.
+    pub at: Option<(String, String)>,
+    /// What differs.
+    pub what: String,
+}
+
+/// The source's thread ids: `only` when given, otherwise every thread of its global listing
+/// (in the order the listing meets them).
+pub async fn thread_ids(source: &dyn Saver, only: &[String]) -> Result<Vec<String>, CliError> {
+    if !only.is_empty() {
+        return Ok(only.to_vec());
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut ids = Vec::new();
+    let mut stream = source.list(ListOptions::new());
+    while let Some(t) = stream.try_next().await? {
+        if seen.insert(t.config.thread_id.clone()) {
+            ids.push(t.config.thread_id);
+        }
+    }
+    Ok(ids)
+}
+
+/// The addresses `(namespace, checkpoint id)` of a thread, oldest first within each
+/// namespace, namespaces in order (so a subgraph's checkpoints follow the root's).
+async fn addresses(source: &dyn Saver, thread: &str) -> Result<Vec<(String, String)>, CliError> {
+    let mut ids: Vec<(String, String)> = source
+        .list(ListOptions::thread(thread))
+        .map_ok(|t| (t.config.checkpoint_ns, t.checkpoint.id))
+        .try_collect()
+        .await?;
+    ids.sort();
+    Ok(ids)
+}
+
+/// Writes one checkpoint read from the source into the target, with its pending writes.
+/// `parent_versions`: the channel versions of its parent when the parent was the previous
+/// checkpoint written, so only the channels that changed are sent (the others are stored).
+async fn write_tuple(
+    target: &dyn Saver,
+    tuple: CheckpointTuple,
+    parent_versions: Option<&ChannelVersions>,
+) -> Result<(ChannelVersions, u64), CliError> {
+    let CheckpointTuple {
+        config,
+        checkpoint,
+        metadata,
+        parent_config,
+        pending_writes,
+    } = tuple;
+    let new_versions: ChannelVersions = checkpoint
+        .channel_versions
+        .iter()
+        .filter(|(channel, version)| {
+            parent_versions.is_none_or(|p| p.get(*channel) != Some(*version))
+        })
+        .map(|(c, v)| (c.clone(), v.clone()))
+        .collect();
+    let versions = checkpoint.channel_versions.clone();
+    let put_at = CheckpointConfig {
+        thread_id: config.thread_id.clone(),
+        checkpoint_ns: config.checkpoint_ns.clone(),
+        checkpoint_id: parent_config.and_then(|p| p.checkpoint_id),
+        ..CheckpointConfig::default()
+    };
+    let stored = target
+        .put(
+            &put_at,
+            checkpoint,
+            metadata,
+            new_versions,
+            PutOptions::new(),
+        )
+        .await?;
+    let writes = pending_writes.len() as u64;
+    for (options, batch) in write_batches(pending_writes) {
+        target
+            .put_writes(&stored, batch.1, &batch.0, options)
+            .await?;
+    }
+    Ok((versions, writes))
+}
+
+/// Pending writes as the `put_writes` calls that recreate them with their indexes: per task
+/// and path, the special-channel writes in one call (their indexes are fixed) and the others
+/// in one call in index order (a write's index is its position in the call).
+#[allow(clippy::type_complexity)]
+fn write_batches(
+    writes: Vec<PendingWrite>,
+) -> Vec<(PutWritesOptions, (String, Vec<(String, TypedValue)>))> {
+    let mut groups: BTreeMap<(String, String, bool), Vec<PendingWrite>> = BTreeMap::new();
+    for w in writes {
+        groups
+            .entry((w.task_path.clone(), w.task_id.clone(), w.idx < 0))
+            .or_default()
+            .push(w);
+    }
+    groups
+        .into_iter()
+        .map(|((task_path, task_id, _), mut ws)| {
+            ws.sort_by_key(|w| w.idx);
+            let batch = ws.into_iter().map(|w| (w.channel, w.value)).collect();
+            (
+                PutWritesOptions::new().task_path(task_path),
+                (task_id, batch),
+            )
+        })
+        .collect()
+}
+
+/// Copies one thread; returns its number of checkpoints.
+async fn copy_thread(
+    source: &dyn Saver,
+    target: &dyn Saver,
+    thread: &str,
+    progress: &Progress,
+) -> Result<u64, CliError> {
+    let mut last: Option<(String, String, ChannelVersions)> = None;
+    let ids = addresses(source, thread).await?;
+    for (ns, id) in &ids {
+        let at = CheckpointConfig::new(thread)
+            .with_ns(ns.clone())
+            .with_checkpoint_id(id.clone());
+        // Gone since it was listed (deleted or pruned meanwhile): nothing to copy.
+        let Some(tuple) = source.get_tuple(&at).await? else {
+            continue;
+        };
+        let parent = tuple
+            .parent_config
+            .as_ref()
+            .and_then(|p| p.checkpoint_id.clone());
+        let parent_versions = match (&last, &parent) {
+            (Some((last_ns, last_id, versions)), Some(p)) if last_ns == ns && last_id == p => {
+                Some(versions)
+            }
+            _ => None,
+        };
+        let (versions, writes) = write_tuple(target, tuple, parent_versions).await?;
+        last = Some((ns.clone(), id.clone(), versions));
+        progress.checkpoints.fetch_add(1, Ordering::Relaxed);
+        progress.writes.fetch_add(writes, Ordering::Relaxed);
+    }
+    Ok(ids.len() as u64)
+}
+
+/// Compares a thread on both sides, checkpoint by checkpoint (newest first, all namespaces):
+/// addresses, parents, checkpoints (values byte for byte with their tags), metadata and
+/// pending writes.
+pub async fn compare_thread(
+    source: &dyn Saver,
+    target: &dyn Saver,
+    thread: &str,
+) -> Result<Vec<Difference>, CliError> {
+    let mut diffs = Vec::new();
+    let mut a = source.list(ListOptions::thread(thread));
+    let mut b = target.list(ListOptions::thread(thread));
+    let differ = |at: Option<&CheckpointTuple>, what: String| Difference {
+        thread_id: thread.to_owned(),
+        at: at.map(|t| (t.config.checkpoint_ns.clone(), t.checkpoint.id.clone())),
+        what,
+    };
+    loop {
+        match (a.try_next().await?, b.try_next().await?) {
+            (None, None) => break,
+            (Some(x), None) => diffs.push(differ(Some(&x), "missing in the target".into())),
+            (None, Some(y)) => diffs.push(differ(Some(&y), "only in the target".into())),
+            (Some(x), Some(y)) => {
+                let fields = [
+                    ("address", x.config != y.config),
+                    ("parent", x.parent_config != y.parent_config),
+                    ("checkpoint", x.checkpoint != y.checkpoint),
+                    ("metadata", x.metadata != y.metadata),
+                    ("pending writes", x.pending_writes != y.pending_writes),
+                ];
+                let bad: Vec<&str> = fields.iter().filter(|f| f.1).map(|f| f.0).collect();
+                if !bad.is_empty() {
+                    diffs.push(differ(Some(&x), format!("differs in {}", bad.join(", "))));
+                }
+            }
+        }
+        if diffs.len() >= 100 {
+            diffs.push(differ(None, "more differences not listed".into()));
+            break;
+        }
+    }
+    Ok(diffs)
+}
+
+/// Runs a migration and returns its report: threads, checkpoints and pending writes copied,
+/// time, rate, and (with `verify`) every difference found.
+pub async fn migrate(
+    source: Arc<dyn Saver>,
+    target: Option<Arc<dyn Saver>>,
+    options: &MigrateOptions,
+    progress: Arc<Progress>,
+) -> Result<(Value, Vec<Difference>), CliError> {
+    let started = Instant::now();
+    let threads = thread_ids(&*source, &options.threads).await?;
+    progress
+        .total_threads
+        .store(threads.len() as u64, Ordering::Relaxed);
+    let jobs = options.jobs.max(1);
+    let verify = options.verify;
+    let results: Vec<Vec<Difference>> = futures::stream::iter(threads.iter().cloned())
+        .map(|thread| {
+            let (source, target, progress) = (source.clone(), target.clone(), progress.clone());
+            async move {
+                let mut diffs = Vec::new();
+                match &target {
+                    None => {
+                        let n = addresses(&*source, &thread).await?.len() as u64;
+                        progress.checkpoints.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Some(target) => {
+                        copy_thread(&*source, &**target, &thread, &progress).await?;
+                        if verify {
+                            diffs = compare_thread(&*source, &**target, &thread).await?;
+                        }
+                    }
+                }
+                progress.threads.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, CliError>(diffs)
+            }
+        })
+        .buffer_unordered(jobs)
+        .try_collect()
+        .await?;
+    let diffs: Vec<Difference> = results.into_iter().flatten().collect();
+    let seconds = started.elapsed().as_secs_f64();
+    let checkpoints = progress.checkpoints.load(Ordering::Relaxed);
+    let report = json!({
+        "dry_run": options.dry_run,
+        "threads": threads.len(),
+        "checkpoints": checkpoints,
+        "pending_writes": progress.writes.load(Ordering::Relaxed),
+        "seconds": seconds,
+        "checkpoints_per_second": if seconds > 0.0 { checkpoints as f64 / seconds } else { 0.0 },
+        "verified": verify && !options.dry_run,
+        "differences": diffs.iter().map(|d| json!({
+            "thread_id": d.thread_id,
+            "checkpoint_ns": d.at.as_ref().map(|a| &a.0),
+            "checkpoint_id": d.at.as_ref().map(|a| &a.1),
+            "what": d.what,
+        })).collect::<Vec<_>>(),
+    });
+    Ok((report, diffs))
+}
+
+/// The report as text.
+pub fn report_text(doc: &Value) -> String {
+    let mut out = String::new();
+    let count = |key: &str, one: &str| {
+        let n = doc[key].as_u64().unwrap_or_default();
+        format!("{n} {one}{}", if n == 1 { "" } else { "s" })
+    };
+    let rate = format!(
+        "in {:.1} s ({:.0} checkpoints/s)",
+        doc["seconds"].as_f64().unwrap_or_default(),
+        doc["checkpoints_per_second"].as_f64().unwrap_or_default(),
+    );
+    out.push_str(&if doc["dry_run"] == true {
+        format!(
+            "would copy {}, {} (dry run: nothing written)\n",
+            count("threads", "thread"),
+            count("checkpoints", "checkpoint"),
+        )
+    } else {
+        format!(
+            "copied {}, {}, {} {rate}\n",
+            count("threads", "thread"),
+            count("checkpoints", "checkpoint"),
+            count("pending_writes", "pending write"),
+        )
+    });
+    if doc["verified"] == true {
+        let diffs = doc["differences"].as_array().map_or(&[][..], |d| d);
+        if diffs.is_empty() {
+            out.push_str("verified: source and target hold the same checkpoints\n");
+        } else {
+            out.push_str(&format!("verify: {} differences\n", diffs.len()));
+            for d in diffs {
+                out.push_str(&format!(
+                    "  {} {} {}: {}\n",
+                    d["thread_id"].as_str().unwrap_or_default(),
+                    d["checkpoint_ns"].as_str().unwrap_or("-"),
+                    d["checkpoint_id"].as_str().unwrap_or("-"),
+                    d["what"].as_str().unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    out
+}
