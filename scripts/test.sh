@@ -31,6 +31,9 @@ else
   checkpoint_service_unavailable checkpoint-python "no Python LangGraph environment to test it in"
 fi
 
+echo "==> fuzz targets: 30 s each (scripts/fuzz.sh)"
+bash scripts/fuzz.sh 30
+
 echo "==> conformance suite size"
 cargo test -q -p checkpoint-conformance --test integration every_clause_is_registered_once -- --nocapture 2>&1 \
   | grep -E '^conformance suite: [0-9]+ clauses$'

@@ -20,6 +20,25 @@ pub use config::{
 };
 pub use saver::MongoSaver;
 
+/// Entry points for the fuzz targets in `fuzz/`; not part of the API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    use mongodb::bson::Document;
+
+    /// Reads `bytes` as a BSON document and decodes it as every stored document this crate
+    /// reads back: a checkpoint, a pending-writes document and its entries, a value. Must
+    /// never panic.
+    pub fn stored_document(bytes: &[u8]) {
+        let Ok(doc) = Document::from_reader(bytes) else {
+            return;
+        };
+        let _ = crate::codec::checkpoint_row(doc.clone());
+        let _ = crate::codec::writes_row(doc.clone());
+        let _ = crate::codec::get_value(&mut doc.clone(), "fuzz");
+    }
+}
+
 /// The MongoDB driver this crate is built on (use it for client options, write concerns,
 /// command monitoring).
 pub use mongodb;

@@ -1,0 +1,56 @@
+"""Writes the committed seed corpora of the fuzz targets (corpus/<target>/) from the test
+fixtures: every value of checkpoint-sanitize/fixtures/cases (LangGraph, LangChain, OpenAI and
+Anthropic message lists as MessagePack and JSON), plus small hand-made stored forms for the
+Redis and MongoDB targets. Run from the repository root: python3 fuzz/seeds.py"""
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+root = Path(__file__).resolve().parent
+cases = sorted((root.parent / "checkpoint-sanitize/fixtures/cases").glob("*.json"))
+
+
+def write(target: str, data: bytes) -> None:
+    d = root / "corpus" / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+for case in cases:
+    fixture = json.loads(case.read_text())
+    data = bytes.fromhex(fixture["hex"])
+    write("messages", data)
+    write("msgpack" if fixture["type"] == "msgpack" else "json", data)
+
+
+def resp(v) -> bytes:
+    if isinstance(v, list):
+        return b"*%d\r\n" % len(v) + b"".join(resp(x) for x in v)
+    if isinstance(v, int):
+        return b":%d\r\n" % v
+    return b"$%d\r\n%s\r\n" % (len(v), v)
+
+
+# A load_tuple reply shape: {tref, record, values, write members, write values}.
+write("redis_stored", resp([b"1f1e-id", b"\x00\x01record", [b"\x01msgpack\x00\x91\x01"], [b"~a\x00task\x00\x00"], [b"\x01json\x00[]"]]))
+write("redis_stored", resp([]))
+
+
+def bson_doc(fields: list[tuple[str, object]]) -> bytes:
+    body = b""
+    for name, value in fields:
+        key = name.encode() + b"\x00"
+        if isinstance(value, str):
+            raw = value.encode() + b"\x00"
+            body += b"\x02" + key + struct.pack("<i", len(raw)) + raw
+        elif isinstance(value, int):
+            body += b"\x12" + key + struct.pack("<q", value)
+        elif isinstance(value, bytes):
+            body += b"\x05" + key + struct.pack("<i", len(value)) + b"\x00" + value
+    return struct.pack("<i", len(body) + 5) + body + b"\x00"
+
+
+write("mongo_stored", bson_doc([("t", "thread"), ("n", ""), ("c", "1f1e"), ("ty", "msgpack"), ("v", b"\x91\x01")]))
+write("mongo_stored", bson_doc([("k", "task"), ("r", 1), ("i", 0), ("ch", "messages"), ("p", "~a")]))
