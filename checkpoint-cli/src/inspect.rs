@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::select::ThreadSummary;
+
 use checkpoint_core::{CheckpointConfig, CheckpointTuple, ListOptions, Saver};
 use futures::TryStreamExt;
 use serde_json::{Value, json};
@@ -11,41 +13,25 @@ use crate::CliError;
 use crate::render::{message_lines, shorten, value_json};
 
 /// Every thread of the store with its number of checkpoints (all namespaces) and its latest
-/// checkpoint, most recent first; at most `limit`. Reads the global listing once, keeping
-/// one summary per thread.
+/// checkpoint, most recent first; at most `limit`. Reads the global listing once.
 pub async fn threads(saver: &dyn Saver, limit: Option<usize>) -> Result<Value, CliError> {
-    struct Seen {
-        checkpoints: u64,
-        latest_id: String,
-        latest_ts: String,
-    }
-    let mut seen: HashMap<String, Seen> = HashMap::new();
-    let mut stream = saver.list(ListOptions::new());
-    while let Some(t) = stream.try_next().await? {
-        let entry = seen.entry(t.config.thread_id.clone()).or_insert(Seen {
-            checkpoints: 0,
-            latest_id: String::new(),
-            latest_ts: String::new(),
-        });
-        entry.checkpoints += 1;
-        if t.checkpoint.id > entry.latest_id {
-            entry.latest_id = t.checkpoint.id.clone();
-            entry.latest_ts = t.checkpoint.ts.clone();
-        }
-    }
-    let mut rows: Vec<(String, Seen)> = seen.into_iter().collect();
-    rows.sort_by(|a, b| b.1.latest_id.cmp(&a.1.latest_id).then(a.0.cmp(&b.0)));
+    let mut rows = crate::select::summaries(saver).await?;
     let total = rows.len();
     rows.truncate(limit.unwrap_or(usize::MAX));
-    Ok(json!({
+    Ok(threads_doc(total, &rows))
+}
+
+/// The `threads` document: `total` threads selected, `rows` shown.
+pub fn threads_doc(total: usize, rows: &[ThreadSummary]) -> Value {
+    json!({
         "threads": total,
-        "shown": rows.iter().map(|(thread, s)| json!({
-            "thread_id": thread,
+        "shown": rows.iter().map(|s| json!({
+            "thread_id": s.thread_id,
             "checkpoints": s.checkpoints,
             "latest_checkpoint_id": s.latest_id,
             "latest_ts": s.latest_ts,
         })).collect::<Vec<_>>(),
-    }))
+    })
 }
 
 /// The parent chain of a thread's checkpoint (`id`, or the latest of the namespace), newest

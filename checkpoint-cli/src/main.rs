@@ -7,13 +7,15 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use checkpoint_cli::migrate::{self, MigrateOptions, Progress};
+use checkpoint_cli::select::{self, Selection};
 use checkpoint_cli::store::{SCHEMES, Store};
-use checkpoint_cli::{CliError, inspect};
+use checkpoint_cli::verify::{self, VerifyOptions};
+use checkpoint_cli::{CliError, diff, inspect, prune};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// Inspect the agent threads stored by any checkpoint-rs backend (and LangGraph's PostgreSQL
-/// tables, which are ours), and migrate them between backends.
+/// Inspect, verify, repair and prune the agent threads stored by any checkpoint-rs backend
+/// (and LangGraph's PostgreSQL tables, which are ours), and migrate them between backends.
 #[derive(Debug, Parser)]
 #[command(name = "checkpoint", version, about, after_help = format!("Store URLs: {SCHEMES}"))]
 struct Cli {
@@ -30,6 +32,8 @@ enum Command {
     Threads {
         /// The store.
         url: String,
+        #[command(flatten)]
+        select: Select,
         /// Show at most this many threads.
         #[arg(long)]
         limit: Option<usize>,
@@ -38,6 +42,70 @@ enum Command {
     History(At),
     /// One checkpoint: metadata, every channel value decoded, pending writes.
     Show(At),
+    /// What changed between two checkpoints of a thread: channels, versions, and for
+    /// message lists the messages added, removed and changed.
+    Diff {
+        /// The store.
+        url: String,
+        /// The thread id.
+        thread: String,
+        /// The earlier checkpoint id.
+        from: String,
+        /// The later checkpoint id.
+        to: String,
+        /// The namespace (subgraph); the root by default.
+        #[arg(long, default_value = "")]
+        ns: String,
+    },
+    /// Integrity scan: parent chains, undecodable values, orphan tool calls. Exit status 1
+    /// when anything is found.
+    Verify {
+        /// The store.
+        url: String,
+        /// Only these threads (all by default).
+        #[arg(value_name = "THREAD")]
+        thread_ids: Vec<String>,
+        #[command(flatten)]
+        select: Select,
+        /// The channel holding the conversation.
+        #[arg(long, default_value = "messages")]
+        channel: String,
+        /// Threads scanned at once (default: the number of cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+    /// What the load-time repair (SanitizeOnLoad) changes in a thread's latest message list,
+    /// as a diff; with --apply, store the repaired state as a new checkpoint (history is
+    /// never rewritten).
+    Repair {
+        /// The store.
+        url: String,
+        /// The thread id.
+        thread: String,
+        /// The namespace (subgraph); the root by default.
+        #[arg(long, default_value = "")]
+        ns: String,
+        /// The channel holding the conversation.
+        #[arg(long, default_value = "messages")]
+        channel: String,
+        /// Write the repaired state as a new checkpoint.
+        #[arg(long)]
+        apply: bool,
+    },
+    /// Delete old checkpoints: keep the latest N of each namespace of each selected thread
+    /// (all threads by default), with what their delta channels need.
+    Prune {
+        /// The store.
+        url: String,
+        /// Checkpoints kept per namespace.
+        #[arg(long, value_name = "N")]
+        keep_last: usize,
+        #[command(flatten)]
+        select: Select,
+        /// Count what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Copy threads from one store to another, exactly (ids, parents, metadata, values byte
     /// for byte, pending writes). Streaming, parallel across threads, and resumable: run it
     /// again after an interruption and it completes the copy.
@@ -48,9 +116,8 @@ enum Command {
         /// The store to write (created or set up when needed).
         #[arg(long)]
         to: String,
-        /// Copy only this thread (repeatable); all threads by default.
-        #[arg(long = "thread", value_name = "ID")]
-        threads: Vec<String>,
+        #[command(flatten)]
+        select: Select,
         /// Threads copied at once (default: the number of cores).
         #[arg(long)]
         jobs: Option<usize>,
@@ -62,6 +129,30 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+/// Which threads: all, unless some of these are given.
+#[derive(Debug, Args)]
+struct Select {
+    /// Only this thread (repeatable).
+    #[arg(long = "thread", value_name = "ID")]
+    thread: Vec<String>,
+    /// Only threads whose id matches this glob (repeatable): `user-*`, `run-202?`,
+    /// `{a,b}-*`; `*` matches any characters, `/` and `:` included.
+    #[arg(long = "threads", value_name = "GLOB")]
+    threads: Vec<String>,
+    /// Only threads whose latest checkpoint is at or after TIME: RFC 3339
+    /// (2026-11-24T08:00:00Z), a date (2026-11-24, UTC) or an age (90s, 30m, 12h, 7d).
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+}
+
+impl Select {
+    fn selection(&self, more_ids: &[String]) -> Result<Selection, CliError> {
+        let mut ids = self.thread.clone();
+        ids.extend(more_ids.iter().cloned());
+        Selection::new(ids, self.threads.clone(), self.since.as_deref())
+    }
 }
 
 /// A store, a thread, and a checkpoint in it.
@@ -82,7 +173,11 @@ struct At {
 impl Command {
     fn url(&self) -> &str {
         match self {
-            Command::Threads { url, .. } => url,
+            Command::Threads { url, .. }
+            | Command::Diff { url, .. }
+            | Command::Verify { url, .. }
+            | Command::Repair { url, .. }
+            | Command::Prune { url, .. } => url,
             Command::History(at) | Command::Show(at) => &at.url,
             Command::Migrate { from, .. } => from,
         }
@@ -95,7 +190,11 @@ fn json(doc: &serde_json::Value) -> String {
 
 /// Reports a migration's progress on stderr until `done` fires: a progress bar on a
 /// terminal, otherwise a log line every 5 seconds.
-async fn report_progress(progress: Arc<Progress>, mut done: tokio::sync::oneshot::Receiver<()>) {
+async fn report_progress(
+    label: &'static str,
+    progress: Arc<Progress>,
+    mut done: tokio::sync::oneshot::Receiver<()>,
+) {
     let line = |p: &Progress| {
         format!(
             "{}/{} threads, {} checkpoints, {} pending writes",
@@ -136,7 +235,7 @@ async fn report_progress(progress: Arc<Progress>, mut done: tokio::sync::oneshot
             tokio::select! {
                 _ = &mut done => break,
                 _ = tokio::time::sleep(Duration::from_secs(5)) => {
-                    eprintln!("migrate: {}", line(&progress));
+                    eprintln!("{label}: {}", line(&progress));
                 }
             }
         }
@@ -147,7 +246,7 @@ async fn run_migrate(cli: &Cli) -> Result<(String, bool), CliError> {
     let Command::Migrate {
         from,
         to,
-        threads,
+        select,
         jobs,
         verify,
         dry_run,
@@ -157,6 +256,8 @@ async fn run_migrate(cli: &Cli) -> Result<(String, bool), CliError> {
     };
     let source = Store::parse(from)?;
     let target = Store::parse(to)?;
+    // Options are checked before any store is opened.
+    let selection = select.selection(&[])?;
     if source == target {
         return Err(CliError::Url("--from and --to name the same store".into()));
     }
@@ -167,14 +268,14 @@ async fn run_migrate(cli: &Cli) -> Result<(String, bool), CliError> {
         Some(target.open_for_writing().await?)
     };
     let options = MigrateOptions {
-        threads: threads.clone(),
-        jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+        selection,
+        jobs: jobs.unwrap_or_else(cores),
         verify: *verify,
         dry_run: *dry_run,
     };
     let progress = Arc::new(Progress::default());
     let (done, finished) = tokio::sync::oneshot::channel();
-    let reporter = tokio::spawn(report_progress(progress.clone(), finished));
+    let reporter = tokio::spawn(report_progress("migrate", progress.clone(), finished));
     let outcome = migrate::migrate(source, target, &options, progress).await;
     let _ = done.send(());
     let _ = reporter.await;
@@ -187,39 +288,116 @@ async fn run_migrate(cli: &Cli) -> Result<(String, bool), CliError> {
     Ok((out, diffs.is_empty()))
 }
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+async fn run_verify(cli: &Cli) -> Result<(String, bool), CliError> {
+    let Command::Verify {
+        url,
+        thread_ids,
+        select,
+        channel,
+        jobs,
+    } = &cli.command
+    else {
+        unreachable!("called for verify only");
+    };
+    let selection = select.selection(thread_ids)?;
+    let saver = Store::parse(url)?.open().await?;
+    let threads = select::select_ids(&*saver, &selection).await?;
+    let options = VerifyOptions {
+        channel: channel.clone(),
+        jobs: jobs.unwrap_or_else(cores),
+        ..VerifyOptions::default()
+    };
+    let progress = Arc::new(Progress::default());
+    let (done, finished) = tokio::sync::oneshot::channel();
+    let reporter = tokio::spawn(report_progress("verify", progress.clone(), finished));
+    let outcome = verify::verify(saver, threads, &options, progress).await;
+    let _ = done.send(());
+    let _ = reporter.await;
+    let (doc, issues) = outcome?;
+    let out = if cli.json {
+        json(&doc)
+    } else {
+        verify::report_text(&doc)
+    };
+    Ok((out, issues.is_empty()))
+}
+
 /// Runs the command: its output, and whether it found what it was asked to check intact.
 async fn run(cli: Cli) -> Result<(String, bool), CliError> {
-    if matches!(cli.command, Command::Migrate { .. }) {
-        return run_migrate(&cli).await;
+    match &cli.command {
+        Command::Migrate { .. } => return run_migrate(&cli).await,
+        Command::Verify { .. } => return run_verify(&cli).await,
+        _ => {}
     }
+    // Options are checked before the store is opened.
+    let selection = match &cli.command {
+        Command::Threads { select, .. } | Command::Prune { select, .. } => {
+            Some(select.selection(&[])?)
+        }
+        _ => None,
+    };
     let saver = Store::parse(cli.command.url())?.open().await?;
-    let saver = &*saver;
+    let text = |doc: &serde_json::Value, human: fn(&serde_json::Value) -> String| {
+        if cli.json { json(doc) } else { human(doc) }
+    };
     let out = match &cli.command {
         Command::Threads { limit, .. } => {
-            let doc = inspect::threads(saver, *limit).await?;
-            if cli.json {
-                json(&doc)
+            let selection = selection.unwrap_or_default();
+            let doc = if selection.is_all() {
+                inspect::threads(&*saver, *limit).await?
             } else {
-                inspect::threads_text(&doc)
-            }
+                let mut rows = select::select(&*saver, &selection).await?;
+                let total = rows.len();
+                rows.truncate(limit.unwrap_or(usize::MAX));
+                inspect::threads_doc(total, &rows)
+            };
+            text(&doc, inspect::threads_text)
         }
         Command::History(at) => {
-            let doc = inspect::history(saver, &at.thread, &at.ns, at.id.as_deref()).await?;
-            if cli.json {
-                json(&doc)
-            } else {
-                inspect::history_text(&doc)
-            }
+            let doc = inspect::history(&*saver, &at.thread, &at.ns, at.id.as_deref()).await?;
+            text(&doc, inspect::history_text)
         }
         Command::Show(at) => {
-            let (doc, tuple) = inspect::show(saver, &at.thread, &at.ns, at.id.as_deref()).await?;
+            let (doc, tuple) = inspect::show(&*saver, &at.thread, &at.ns, at.id.as_deref()).await?;
             if cli.json {
                 json(&doc)
             } else {
                 inspect::show_text(&doc, &tuple)
             }
         }
-        Command::Migrate { .. } => unreachable!("handled above"),
+        Command::Diff {
+            thread,
+            from,
+            to,
+            ns,
+            ..
+        } => {
+            let doc = diff::diff(&*saver, thread, ns, from, to).await?;
+            text(&doc, diff::diff_text)
+        }
+        Command::Repair {
+            thread,
+            ns,
+            channel,
+            apply,
+            ..
+        } => {
+            let doc = diff::repair(saver.clone(), thread, ns, channel, *apply).await?;
+            text(&doc, diff::repair_text)
+        }
+        Command::Prune {
+            keep_last, dry_run, ..
+        } => {
+            let selection = selection.unwrap_or_default();
+            let threads = select::select(&*saver, &selection).await?;
+            let doc = prune::prune(&*saver, &threads, *keep_last, *dry_run).await?;
+            text(&doc, prune::report_text)
+        }
+        Command::Migrate { .. } | Command::Verify { .. } => unreachable!("handled above"),
     };
     Ok((out, true))
 }

@@ -21,12 +21,13 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
 use crate::CliError;
+use crate::select::{self, Selection};
 
 /// What `migrate` copies and how.
 #[derive(Clone, Debug, Default)]
 pub struct MigrateOptions {
-    /// Only these threads (all threads of the source when empty).
-    pub threads: Vec<String>,
+    /// The threads to copy.
+    pub selection: Selection,
     /// Threads copied at once.
     pub jobs: usize,
     /// Re-read both sides of every copied thread and compare them.
@@ -35,14 +36,14 @@ pub struct MigrateOptions {
     pub dry_run: bool,
 }
 
-/// Progress counters, shared with whoever reports progress while the migration runs.
+/// Progress counters, shared with whoever reports progress while a migration or a scan runs.
 #[derive(Debug, Default)]
 pub struct Progress {
     /// Threads finished.
     pub threads: AtomicU64,
-    /// Checkpoints copied (or, in a dry run, counted).
+    /// Checkpoints copied (in a dry run counted, in a scan checked).
     pub checkpoints: AtomicU64,
-    /// Pending writes copied.
+    /// Pending writes copied (by a migration).
     pub writes: AtomicU64,
     /// Threads in all, once known.
     pub total_threads: AtomicU64,
@@ -57,23 +58,6 @@ pub struct Difference {
     pub at: Option<(String, String)>,
     /// What differs.
     pub what: String,
-}
-
-/// The source's thread ids: `only` when given, otherwise every thread of its global listing
-/// (in the order the listing meets them).
-pub async fn thread_ids(source: &dyn Saver, only: &[String]) -> Result<Vec<String>, CliError> {
-    if !only.is_empty() {
-        return Ok(only.to_vec());
-    }
-    let mut seen = std::collections::HashSet::new();
-    let mut ids = Vec::new();
-    let mut stream = source.list(ListOptions::new());
-    while let Some(t) = stream.try_next().await? {
-        if seen.insert(t.config.thread_id.clone()) {
-            ids.push(t.config.thread_id);
-        }
-    }
-    Ok(ids)
 }
 
 /// The addresses `(namespace, checkpoint id)` of a thread, oldest first within each
@@ -250,7 +234,7 @@ pub async fn migrate(
     progress: Arc<Progress>,
 ) -> Result<(Value, Vec<Difference>), CliError> {
     let started = Instant::now();
-    let threads = thread_ids(&*source, &options.threads).await?;
+    let threads = select::select_ids(&*source, &options.selection).await?;
     progress
         .total_threads
         .store(threads.len() as u64, Ordering::Relaxed);

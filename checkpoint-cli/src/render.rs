@@ -3,7 +3,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use checkpoint_core::{DecodeLimits, TypedValue, ValueType};
-use checkpoint_sanitize::messages::{MessageList, Role};
+use checkpoint_sanitize::messages::{Message, MessageList, Role};
 use rmpv::Value as Mp;
 use serde_json::{Value, json};
 
@@ -72,8 +72,7 @@ fn finite(f: f64) -> Value {
 }
 
 /// One line per message when `value` is a message list LangGraph or a provider writes
-/// (`None` otherwise): role, id, the text (shortened to `width` characters), the tool calls
-/// it makes and the calls it answers.
+/// (`None` otherwise): see [`message_line`].
 pub fn message_lines(value: &TypedValue, width: usize) -> Option<Vec<String>> {
     let list = MessageList::decode(value).ok()??;
     if list.is_empty() {
@@ -83,37 +82,41 @@ pub fn message_lines(value: &TypedValue, width: usize) -> Option<Vec<String>> {
         list.messages()
             .iter()
             .enumerate()
-            .map(|(i, m)| {
-                let role = match m.role() {
-                    Role::Ai => "ai",
-                    Role::Tool => "tool",
-                    Role::Human => "human",
-                    Role::System => "system",
-                    _ => "other",
-                };
-                let mut line = format!("[{i}] {role}");
-                if let Some(id) = m.id() {
-                    line.push_str(&format!(" {id}"));
-                }
-                let text = content_text(&dynamic_json(m.element()));
-                if !text.is_empty() {
-                    line.push_str(": ");
-                    line.push_str(&shorten(&text, width));
-                }
-                for call in m.tool_calls() {
-                    line.push_str(&format!(
-                        "  -> {}({})",
-                        call.name.as_deref().unwrap_or("?"),
-                        call.id.as_deref().unwrap_or("no id")
-                    ));
-                }
-                for answered in m.tool_results() {
-                    line.push_str(&format!("  <- {answered}"));
-                }
-                line
-            })
+            .map(|(i, m)| message_line(i, m, width))
             .collect(),
     )
+}
+
+/// Message `index` on one line: role, id, the text (shortened to `width` characters), the
+/// tool calls it makes and the calls it answers.
+pub fn message_line(index: usize, m: &Message, width: usize) -> String {
+    let role = match m.role() {
+        Role::Ai => "ai",
+        Role::Tool => "tool",
+        Role::Human => "human",
+        Role::System => "system",
+        _ => "other",
+    };
+    let mut line = format!("[{index}] {role}");
+    if let Some(id) = m.id() {
+        line.push_str(&format!(" {id}"));
+    }
+    let text = content_text(&dynamic_json(m.element()));
+    if !text.is_empty() {
+        line.push_str(": ");
+        line.push_str(&shorten(&text, width));
+    }
+    for call in m.tool_calls() {
+        line.push_str(&format!(
+            "  -> {}({})",
+            call.name.as_deref().unwrap_or("?"),
+            call.id.as_deref().unwrap_or("no id")
+        ));
+    }
+    for answered in m.tool_results() {
+        line.push_str(&format!("  <- {answered}"));
+    }
+    line
 }
 
 /// The text of a message element in any of the shapes `checkpoint-sanitize` reads: its

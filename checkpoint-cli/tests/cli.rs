@@ -622,3 +622,410 @@ mod migrate {
         }
     }
 }
+
+// -- verify, diff, repair, prune, thread selection ------------------------------------------
+
+mod maintain {
+    use super::*;
+
+    use checkpoint_core::{ListOptions, SaverExt, ValueType};
+
+    fn code(out: &Output) -> Option<i32> {
+        out.status.code()
+    }
+
+    /// Puts one checkpoint of `thread` after `parent` holding `messages`.
+    async fn put_messages(
+        saver: &dyn Saver,
+        at: &CheckpointConfig,
+        prev: Option<&Checkpoint>,
+        messages: Value,
+    ) -> (CheckpointConfig, Checkpoint) {
+        let mut c = prev.map_or_else(Checkpoint::new, Checkpoint::successor);
+        let v = c.set("messages", &messages).unwrap();
+        let stored = saver
+            .put(
+                at,
+                c.clone(),
+                CheckpointMetadata::for_step(Source::Loop, 0),
+                std::collections::BTreeMap::from([("messages".to_owned(), v)]),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        (stored, c)
+    }
+
+    /// Seed 004's thread: a tool call left unanswered by a crash, then a new user message.
+    async fn write_orphan(saver: &dyn Saver, thread: &str) -> String {
+        let (at, c) = put_messages(
+            saver,
+            &CheckpointConfig::new(thread),
+            None,
+            json!([{"type": "human", "id": "h1", "content": "Refund order 7"}]),
+        )
+        .await;
+        let (_, c) = put_messages(
+            saver,
+            &at,
+            Some(&c),
+            json!([{"type": "human", "id": "h1", "content": "Refund order 7"},
+                   {"type": "ai", "id": "a1", "content": "",
+                    "tool_calls": [{"id": "call_9", "name": "refund", "args": {"order": 7}}]},
+                   {"type": "human", "id": "h2", "content": "Hello? Any news?"}]),
+        )
+        .await;
+        c.id
+    }
+
+    #[tokio::test]
+    async fn verify_finds_each_planted_corruption_and_nothing_else() {
+        let path = temp_file("verify");
+        let ids = write_store(&path).await;
+        let url = format!("sqlite://{}", path.display());
+        let saver = SqliteSaver::open(&path).await.unwrap();
+
+        // Intact: the sample store, including a head whose last message's call is in flight.
+        let (at, c) = put_messages(
+            &saver,
+            &CheckpointConfig::new("in-flight"),
+            None,
+            json!([{"type": "human", "id": "h1", "content": "Weather?"},
+                   {"type": "ai", "id": "a1", "content": "",
+                    "tool_calls": [{"id": "call_1", "name": "weather", "args": {}}]}]),
+        )
+        .await;
+        drop((at, c));
+        let clean = json_of(&["verify", &url, "--json"]);
+        assert_eq!(clean["intact"], true, "{clean:#}");
+        assert_eq!(clean["threads"], 3);
+        assert_eq!(clean["checkpoints"], 5);
+        assert_eq!(
+            ok(&["verify", &url]).lines().last(),
+            Some("no issues found")
+        );
+
+        // A checkpoint whose parent is not stored.
+        let orphan_parent = CheckpointConfig::new("support")
+            .with_checkpoint_id("1ef00000-0000-6000-8000-00000000dead");
+        let broken = Checkpoint::new();
+        saver
+            .put(
+                &orphan_parent,
+                broken.clone(),
+                CheckpointMetadata::for_step(Source::Loop, 9),
+                Default::default(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        // A value that claims to be MessagePack and is not, and a damaged pending write.
+        let mut bad = Checkpoint::new();
+        let v = bad.set_typed(
+            "payload",
+            TypedValue::new(ValueType::Msgpack, vec![0xc1, 0x00]),
+        );
+        let bad_at = saver
+            .put(
+                &CheckpointConfig::new("damaged"),
+                bad,
+                CheckpointMetadata::for_step(Source::Input, -1),
+                std::collections::BTreeMap::from([("payload".to_owned(), v)]),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        saver
+            .put_writes(
+                &bad_at,
+                vec![(
+                    "x".into(),
+                    TypedValue::new(ValueType::Json, b"{\"a\":".to_vec()),
+                )],
+                "task-1",
+                PutWritesOptions::new(),
+            )
+            .await
+            .unwrap();
+        // An orphan tool call in a thread's latest state.
+        let orphan_head = write_orphan(&saver, "seed-004").await;
+
+        let out = checkpoint(&["verify", &url, "--json"]);
+        assert_eq!(code(&out), Some(1), "issues make the exit status 1");
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["intact"], false);
+        assert_eq!(
+            report["issue_counts"],
+            json!({"broken_parent": 1, "undecodable_value": 2, "orphan_tool_call": 1}),
+            "{report:#}"
+        );
+        let issues = report["issues"].as_array().unwrap();
+        let find = |kind: &str| issues.iter().find(|i| i["kind"] == kind).unwrap();
+        assert_eq!(find("broken_parent")["checkpoint_id"], broken.id.as_str());
+        assert!(
+            find("broken_parent")["detail"]
+                .as_str()
+                .unwrap()
+                .contains("1ef00000-0000-6000-8000-00000000dead")
+        );
+        assert_eq!(
+            find("orphan_tool_call")["checkpoint_id"],
+            orphan_head.as_str()
+        );
+        assert!(
+            find("orphan_tool_call")["detail"]
+                .as_str()
+                .unwrap()
+                .contains("call_9"),
+            "{issues:#?}"
+        );
+        let text = String::from_utf8(checkpoint(&["verify", &url]).stdout).unwrap();
+        assert!(
+            text.contains("issues: 1 broken_parent, 1 orphan_tool_call, 2 undecodable_value"),
+            "{text}"
+        );
+        // Naming threads scans only those.
+        let one = checkpoint(&["verify", &url, "other", "in-flight", "--json"]);
+        assert_eq!(code(&one), Some(0));
+        let some = checkpoint(&["verify", &url, "--threads", "seed-*", "--json"]);
+        let some: Value = serde_json::from_slice(&some.stdout).unwrap();
+        assert_eq!(
+            (some["threads"].as_u64(), some["issue_counts"].clone()),
+            (Some(1), json!({"orphan_tool_call": 1}))
+        );
+        assert_eq!(ids.len(), 3);
+
+        // repair --apply writes a new head; verify then passes for that thread.
+        let repaired = json_of(&["repair", &url, "seed-004", "--apply", "--json"]);
+        assert_eq!(repaired["applied"], true, "{repaired:#}");
+        let after = checkpoint(&["verify", &url, "seed-004"]);
+        assert_eq!(
+            code(&after),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&after.stdout)
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test]
+    async fn diff_shows_the_messages_a_step_added() {
+        let path = temp_file("diff");
+        let ids = write_store(&path).await;
+        let url = format!("sqlite://{}", path.display());
+        let doc = json_of(&["diff", &url, "support", &ids[0], &ids[2], "--json"]);
+        let changed = doc["changed"].as_array().unwrap();
+        assert_eq!(changed.len(), 1, "{doc:#}");
+        assert_eq!(changed[0]["channel"], "messages");
+        assert_eq!(changed[0]["change"], "changed");
+        let added: Vec<&str> = changed[0]["messages"]["added"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(added, ["a1", "t1"]);
+        assert_eq!(changed[0]["messages"]["removed"], json!([]));
+        assert_eq!(doc["unchanged"], json!(["payload"]));
+        let text = ok(&["diff", &url, "support", &ids[0], &ids[2]]);
+        assert!(text.contains("changed messages"), "{text}");
+        assert!(text.contains("+ [1] ai a1  -> lookup(call_1)"), "{text}");
+        assert!(text.contains("+ [2] tool t1: 30 days  <- call_1"), "{text}");
+        // Backwards, the same messages are removed.
+        let back = json_of(&["diff", &url, "support", &ids[2], &ids[0], "--json"]);
+        assert_eq!(
+            back["changed"][0]["messages"]["removed"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        let same = ok(&["diff", &url, "support", &ids[1], &ids[1]]);
+        assert!(same.contains("no channel changed"), "{same}");
+        let missing = checkpoint(&["diff", &url, "support", &ids[0], "nope"]);
+        assert_eq!(code(&missing), Some(1));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test]
+    async fn repair_shows_the_change_and_applies_it_as_a_new_checkpoint() {
+        let path = temp_file("repair");
+        let saver = SqliteSaver::open(&path).await.unwrap();
+        let head = write_orphan(&saver, "t").await;
+        let url = format!("sqlite://{}", path.display());
+
+        let text = ok(&["repair", &url, "t"]);
+        assert!(text.contains("needs repairs"), "{text}");
+        assert!(
+            text.contains("+ [2] tool"),
+            "a placeholder result after the call: {text}"
+        );
+        assert!(text.contains("run again with --apply"), "{text}");
+        let still = saver
+            .get_tuple(&CheckpointConfig::new("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            still.checkpoint.id, head,
+            "without --apply nothing is written"
+        );
+
+        let doc = json_of(&["repair", &url, "t", "--apply", "--json"]);
+        assert_eq!(doc["applied"], true);
+        let new_head = saver
+            .get_tuple(&CheckpointConfig::new("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            Some(new_head.checkpoint.id.clone()),
+            doc["new_checkpoint_id"].as_str().map(str::to_owned)
+        );
+        assert_eq!(
+            new_head.parent_config.unwrap().checkpoint_id.as_deref(),
+            Some(head.as_str()),
+            "history is kept: the repair is a child of the damaged head"
+        );
+        let lines = checkpoint_cli::render::message_lines(
+            &new_head.checkpoint.channel_values["messages"],
+            80,
+        )
+        .unwrap();
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(lines[2].contains("<- call_9"), "{lines:?}");
+        assert_eq!(
+            saver
+                .list_all(ListOptions::thread("t"))
+                .await
+                .unwrap()
+                .len(),
+            3
+        );
+        let again = ok(&["repair", &url, "t"]);
+        assert!(again.contains("nothing to repair"), "{again}");
+        let none = checkpoint(&["repair", &url, "nobody"]);
+        assert_eq!(code(&none), Some(1));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test]
+    async fn prune_and_thread_selection() {
+        let path = temp_file("prune");
+        let ids = write_store(&path).await;
+        let url = format!("sqlite://{}", path.display());
+        let saver = SqliteSaver::open(&path).await.unwrap();
+        for t in ["user-1", "user-2", "bot-1"] {
+            let (at, c) = put_messages(&saver, &CheckpointConfig::new(t), None, json!([])).await;
+            put_messages(&saver, &at, Some(&c), json!([])).await;
+        }
+        let listed = |args: &[&str]| -> Vec<String> {
+            let mut all = vec!["threads", url.as_str(), "--json"];
+            all.extend(args);
+            let mut ids: Vec<String> = json_of(&all)["shown"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["thread_id"].as_str().unwrap().to_owned())
+                .collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(listed(&["--threads", "user-*"]), ["user-1", "user-2"]);
+        assert_eq!(
+            listed(&["--threads", "{bot,other}*", "--thread", "support"]),
+            ["bot-1", "other", "support"]
+        );
+        assert_eq!(listed(&["--since", "1d"]).len(), 5);
+        assert!(listed(&["--since", "2999-01-01"]).is_empty());
+        let bad = checkpoint(&["threads", &url, "--since", "yesterday"]);
+        assert_eq!(code(&bad), Some(2));
+        assert!(String::from_utf8_lossy(&bad.stderr).contains("bad --since"));
+        let bad = checkpoint(&["threads", &url, "--threads", "a[b"]);
+        assert_eq!(code(&bad), Some(2));
+
+        // --dry-run deletes nothing.
+        let dry = json_of(&[
+            "prune",
+            &url,
+            "--keep-last",
+            "1",
+            "--threads",
+            "user-*",
+            "--dry-run",
+            "--json",
+        ]);
+        assert_eq!(
+            (dry["checkpoints_before"].as_u64(), dry["deleted"].as_u64()),
+            (Some(4), Some(2))
+        );
+        assert_eq!(saver.list_all(ListOptions::new()).await.unwrap().len(), 10);
+        let done = json_of(&[
+            "prune",
+            &url,
+            "--keep-last",
+            "1",
+            "--threads",
+            "user-*",
+            "--json",
+        ]);
+        assert_eq!(
+            (done["threads"].as_u64(), done["deleted"].as_u64()),
+            (Some(2), Some(2))
+        );
+        for (thread, n) in [("user-1", 1), ("user-2", 1), ("bot-1", 2), ("support", 3)] {
+            assert_eq!(
+                saver
+                    .list_all(ListOptions::thread(thread))
+                    .await
+                    .unwrap()
+                    .len(),
+                n,
+                "{thread}"
+            );
+        }
+        let text = ok(&["prune", &url, "--keep-last", "2", "--thread", "support"]);
+        assert!(
+            text.starts_with("deleted 1 of 3 checkpoints in 1 threads"),
+            "{text}"
+        );
+        let kept = saver
+            .get_tuple(&CheckpointConfig::new("support"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept.checkpoint.id, ids[2]);
+
+        // migrate picks threads the same way.
+        let to = temp_file("prune-to");
+        let to_url = format!("sqlite://{}", to.display());
+        let report = json_of(&[
+            "migrate",
+            "--from",
+            &url,
+            "--to",
+            &to_url,
+            "--threads",
+            "user-*",
+            "--since",
+            "1h",
+            "--json",
+        ]);
+        assert_eq!(
+            (report["threads"].as_u64(), report["checkpoints"].as_u64()),
+            (Some(2), Some(2))
+        );
+        let target = SqliteSaver::open(&to).await.unwrap();
+        let mut copied: Vec<String> = target
+            .list_all(ListOptions::new())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.config.thread_id)
+            .collect();
+        copied.sort();
+        assert_eq!(copied, ["user-1", "user-2"]);
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&to);
+    }
+}

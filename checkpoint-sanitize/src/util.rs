@@ -1,29 +1,13 @@
 //! Helpers shared by the wrappers.
 
-use std::collections::BTreeSet;
-
 use checkpoint_core::{
     CheckpointConfig, CheckpointMetadata, CheckpointTuple, Error, PutOptions, Result, Saver,
     Source, TypedValue,
 };
 use serde_json::{Value, json};
 
-use crate::messages::decode_update;
-
 /// The metadata key under which this crate records what it did to a checkpoint it wrote.
 pub const METADATA_KEY: &str = "checkpoint_sanitize";
-
-/// Ids of tool calls answered by pending writes of `channel` recorded against the tuple.
-pub(crate) fn pending_results(tuple: &CheckpointTuple, channel: &str) -> BTreeSet<String> {
-    tuple
-        .pending_writes
-        .iter()
-        .filter(|w| w.channel == channel)
-        .filter_map(|w| decode_update(&w.value).ok().flatten())
-        .flatten()
-        .flat_map(|m| m.tool_results().to_vec())
-        .collect()
-}
 
 /// The address of a stored tuple without extra keys.
 pub(crate) fn address(config: &CheckpointConfig) -> CheckpointConfig {

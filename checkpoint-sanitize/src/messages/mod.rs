@@ -31,9 +31,12 @@ pub(crate) mod raw;
 mod repair;
 mod validate;
 
+use std::collections::BTreeSet;
 use std::ops::Range;
 
-use checkpoint_core::{DecodeLimits, Result, TypedValue, ValueType, decode_msgpack};
+use checkpoint_core::{
+    CheckpointTuple, DecodeLimits, Result, TypedValue, ValueType, decode_msgpack,
+};
 use rmpv::Value;
 
 pub use build::ToolOutput;
@@ -400,6 +403,19 @@ pub(crate) enum Item {
     New(Value),
     /// An element given as encoded bytes (in the list's encoding), copied as they are.
     Bytes(Vec<u8>),
+}
+
+/// Ids of the tool calls answered by the pending writes of `channel` recorded against
+/// `tuple`: results a runtime applies to the list on its next step.
+pub fn pending_results(tuple: &CheckpointTuple, channel: &str) -> BTreeSet<String> {
+    tuple
+        .pending_writes
+        .iter()
+        .filter(|w| w.channel == channel)
+        .filter_map(|w| decode_update(&w.value).ok().flatten())
+        .flatten()
+        .flat_map(|m| m.tool_results().to_vec())
+        .collect()
 }
 
 /// The messages a pending write of the message channel adds: the write's value is one

@@ -23,8 +23,9 @@ pub use record::{MARKER_CHANNEL, RESOLUTION_CHANNEL, ResolutionKind, is_marker_c
 
 use crate::messages::{
     Answer, MessageList, PLACEHOLDER_ID_PREFIX, PLACEHOLDER_TEXT, ToolCall, ToolOutput,
+    pending_results,
 };
-use crate::util::{address, pending_results, put_successor};
+use crate::util::{address, put_successor};
 use record::{MARKER_TASK_PREFIX, Marker, ResolutionRecord};
 
 /// The id prefix of result messages written by [`PendingMarkers::resolve`] (followed by the

@@ -18,8 +18,9 @@ use serde_json::json;
 
 pub use layer::SanitizeOnLoadLayer;
 
+use crate::messages::pending_results;
 use crate::messages::{MessageList, RepairAction, RepairOptions, Violation};
-use crate::util::{lost_race, pending_results, put_successor};
+use crate::util::{lost_race, put_successor};
 
 /// A callback receiving every report of a checkpoint whose list was repaired or could not be
 /// read (see [`SanitizeConfig::on_report`]).
