@@ -3,6 +3,7 @@
 pub mod clauses;
 pub mod crash;
 pub mod fixtures;
+pub mod integrity;
 pub mod model;
 
 use std::future::Future;

@@ -6,6 +6,7 @@ mod config;
 pub mod delta;
 mod error;
 mod id;
+pub mod integrity;
 mod lease;
 mod memory;
 mod metadata;
@@ -22,6 +23,7 @@ pub use config::{CheckpointConfig, NS_END, NS_SEP, child_namespace, namespace_le
 pub use delta::DeltaChannelHistory;
 pub use error::{BoxError, Error, Result};
 pub use id::{checkpoint_id_unix_millis, new_checkpoint_id};
+pub use integrity::{IntegrityScan, StorageIssue};
 pub use lease::{Claim, Lease};
 pub use memory::InMemorySaver;
 pub use metadata::{CheckpointMetadata, Source, json_equal};

@@ -1,4 +1,5 @@
-//! Maintenance: `delete_thread`, `copy_thread`, `prune` and `delete_for_runs`.
+//! Maintenance: `delete_thread`, `copy_thread`, `prune` and `delete_for_runs`, and the
+//! integrity scan.
 //!
 //! With transactions, each thread (or namespace) is changed in one transaction that also
 //! writes the namespace's head document, so it serializes with concurrent puts. Without,
@@ -553,4 +554,103 @@ async fn copy_writes_doc(inner: &Inner, doc: Document) -> Result<(), MongoError>
         txn::backoff(attempt).await;
     }
     Err(MongoError::Contention { attempts: ATTEMPTS })
+}
+
+/// The integrity scan of one thread (see [`IntegrityScan`](checkpoint_core::IntegrityScan)):
+/// four indexed finds, none of which reads a value's bytes.
+pub(crate) async fn scan_thread(
+    inner: &Inner,
+    thread_id: &str,
+) -> Result<Vec<checkpoint_core::StorageIssue>> {
+    use checkpoint_core::StorageIssue;
+    let by_thread = doc! { "t": thread_id };
+    let rows = find_docs(
+        &inner.checkpoints,
+        by_thread.clone(),
+        doc! { "t": 1, "n": 1, "c": 1, "s": 1, "p": 1, "cp": 1, "md": 1 },
+        None,
+    )
+    .await?;
+    let values = find_docs(
+        &inner.values,
+        by_thread.clone(),
+        doc! { "n": 1, "ch": 1, "v": 1, "b": 1, "nc": 1 },
+        None,
+    )
+    .await?;
+    let chunks = find_docs(&inner.chunks, by_thread.clone(), doc! { "b": 1 }, None).await?;
+    let writes = find_docs(
+        &inner.writes,
+        by_thread,
+        doc! { "n": 1, "c": 1, "w": 1 },
+        None,
+    )
+    .await?;
+
+    let mut chunk_counts: HashMap<ObjectId, i64> = HashMap::new();
+    for c in &chunks {
+        if let Ok(b) = c.get_object_id("b") {
+            *chunk_counts.entry(b).or_default() += 1;
+        }
+    }
+    // (ns, channel, version key) -> whether the value is complete.
+    let mut stored: HashMap<(String, String, String), bool> = HashMap::new();
+    for mut v in values {
+        const WHAT: &str = "value document";
+        let ns = codec::take_string(&mut v, "n", WHAT)?;
+        let channel = codec::take_string(&mut v, "ch", WHAT)?;
+        let version = codec::take_string(&mut v, "v", WHAT)?;
+        let complete = match (v.get_object_id("b"), v.get("nc")) {
+            (Ok(b), Some(_)) => {
+                let parts = codec::number(&v, "nc", WHAT)?;
+                chunk_counts.get(&b).copied().unwrap_or(0) >= parts
+            }
+            _ => true,
+        };
+        stored.insert((ns, channel, version), complete);
+    }
+    let mut checkpoints: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut issues = Vec::new();
+    for d in rows {
+        let row = codec::checkpoint_row(d)?;
+        for (channel, version) in &row.checkpoint.channel_versions {
+            let key = (row.ns.clone(), channel.clone(), keys::version_key(version));
+            if !stored.get(&key).copied().unwrap_or(false) {
+                issues.push(StorageIssue::MissingValue {
+                    checkpoint_ns: row.ns.clone(),
+                    checkpoint_id: row.id.clone(),
+                    channel: channel.clone(),
+                    version: version.to_string(),
+                });
+            }
+        }
+        checkpoints.insert((row.ns, row.id));
+    }
+    let mut orphans: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for mut w in writes {
+        const WHAT: &str = "pending writes document";
+        let ns = codec::take_string(&mut w, "n", WHAT)?;
+        let id = codec::take_string(&mut w, "c", WHAT)?;
+        if !checkpoints.contains(&(ns.clone(), id.clone())) {
+            let n = w.get_array("w").map_or(0, |a| a.len() as u64);
+            *orphans.entry((ns, id)).or_default() += n;
+        }
+    }
+    issues.extend(
+        orphans
+            .into_iter()
+            .map(|((checkpoint_ns, checkpoint_id), writes)| {
+                StorageIssue::WritesWithoutCheckpoint {
+                    checkpoint_ns,
+                    checkpoint_id,
+                    writes,
+                }
+            }),
+    );
+    issues.sort_by(|a, b| {
+        a.at()
+            .cmp(&b.at())
+            .then_with(|| format!("{a:?}").cmp(&format!("{b:?}")))
+    });
+    Ok(issues)
 }

@@ -250,3 +250,10 @@ impl Saver for MongoSaver {
         coord::abandon_claim(&self.inner, key, token).await
     }
 }
+
+#[async_trait]
+impl checkpoint_core::IntegrityScan for MongoSaver {
+    async fn scan_thread(&self, thread_id: &str) -> Result<Vec<checkpoint_core::StorageIssue>> {
+        admin::scan_thread(&self.inner, thread_id).await
+    }
+}

@@ -1,7 +1,7 @@
 //! Maintenance: `delete_thread`, `copy_thread`, `prune` and `delete_for_runs`, one statement
-//! each (atomic).
+//! each (atomic), and the integrity scan.
 
-use checkpoint_core::{Error, PruneStrategy, Result};
+use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue};
 
 use crate::core::Inner;
 use crate::error::classify;
@@ -77,4 +77,46 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
         .await
         .map_err(classify)?;
     Ok(())
+}
+
+/// The integrity scan of one thread (see [`IntegrityScan`](checkpoint_core::IntegrityScan)):
+/// two index-driven reads.
+pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<StorageIssue>> {
+    if !storable(thread_id) {
+        return Ok(Vec::new());
+    }
+    let missing: Vec<(String, String, String, String)> = sqlx::query_as(sql::SCAN_MISSING_VALUES)
+        .bind(thread_id)
+        .fetch_all(&inner.pool)
+        .await
+        .map_err(classify)?;
+    let orphans: Vec<(String, String, i64)> = sqlx::query_as(sql::SCAN_WRITES_WITHOUT_CHECKPOINT)
+        .bind(thread_id)
+        .fetch_all(&inner.pool)
+        .await
+        .map_err(classify)?;
+    let mut issues: Vec<StorageIssue> = missing
+        .into_iter()
+        .map(
+            |(checkpoint_ns, checkpoint_id, channel, version)| StorageIssue::MissingValue {
+                checkpoint_ns,
+                checkpoint_id,
+                channel,
+                version,
+            },
+        )
+        .chain(
+            orphans
+                .into_iter()
+                .map(
+                    |(checkpoint_ns, checkpoint_id, n)| StorageIssue::WritesWithoutCheckpoint {
+                        checkpoint_ns,
+                        checkpoint_id,
+                        writes: u64::try_from(n).unwrap_or_default(),
+                    },
+                ),
+        )
+        .collect();
+    issues.sort_by(|a, b| a.at().cmp(&b.at()));
+    Ok(issues)
 }

@@ -536,3 +536,30 @@ pub(crate) const ABANDON_CLAIM: &str = "
 UPDATE checkpoint_ledger SET state = 'abandoned', updated_at = now()
 WHERE key = $1 AND token = $2 AND state = 'pending'
 ";
+
+/// Integrity scan of thread $1: every (namespace, checkpoint, channel, version) a checkpoint
+/// names with neither a `checkpoint_blobs` row (an emptied channel has one of type `empty`)
+/// nor a value kept inline in its JSON (LangGraph's Python saver inlines primitive values).
+pub(crate) const SCAN_MISSING_VALUES: &str = "
+SELECT c.checkpoint_ns, c.checkpoint_id, v.key, v.value
+FROM checkpoints c
+CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+WHERE c.thread_id = $1
+  AND NOT coalesce(c.checkpoint -> 'channel_values' ? v.key, false)
+  AND NOT EXISTS (
+      SELECT 1 FROM checkpoint_blobs b
+      WHERE b.thread_id = $1 AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key
+        AND b.version = v.value)
+ORDER BY 1, 2, 3";
+
+/// Integrity scan of thread $1: pending writes per (namespace, checkpoint) whose checkpoint
+/// is not stored.
+pub(crate) const SCAN_WRITES_WITHOUT_CHECKPOINT: &str = "
+SELECT w.checkpoint_ns, w.checkpoint_id, count(*)
+FROM checkpoint_writes w
+WHERE w.thread_id = $1 AND NOT EXISTS (
+    SELECT 1 FROM checkpoints c
+    WHERE c.thread_id = $1 AND c.checkpoint_ns = w.checkpoint_ns
+      AND c.checkpoint_id = w.checkpoint_id)
+GROUP BY 1, 2
+ORDER BY 1, 2";

@@ -1,19 +1,23 @@
-//! Maintenance: `delete_thread`, `copy_thread`, `prune`, `delete_for_runs`, thread TTLs and
-//! `purge`. Each changes one thread in one script (atomic per thread); on a Cluster the
+//! Maintenance: `delete_thread`, `copy_thread`, `prune`, `delete_for_runs`, thread TTLs,
+//! `purge` and the integrity scan. Each changes one thread in one script (atomic per thread); on a Cluster the
 //! global index is brought along with `gindex.lua` around the thread script.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use checkpoint_core::{Error, PruneStrategy, Result};
+use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue};
 use redis::Value;
 use serde_json::Value as Json;
 
-use crate::codec::{array, bulk, number, record_tokens};
+use crate::chunk;
+use crate::codec::{array, bulk, number, parse_blob_field, record_manifests, record_tokens};
 use crate::config::{ThreadTtl, duration_ms};
 use crate::core::Inner;
-use crate::error::protocol;
-use crate::keys::{esc, gref, pack_list, parse_gref, parse_tref, token, tref};
+use crate::error::{corrupt, protocol};
+use crate::keys::{
+    BL, CP, WV, esc, gref, netstr, pack_list, parse_gref, parse_tref, token, tref, unesc_str,
+    unpack_list,
+};
 use crate::read::SCAN_BUDGET;
 use crate::scripts::{
     Args, CopyReadArgs, CopyWriteArgs, DeleteRunsArgs, GscanArgs, IndexOp, PruneArgs, SetTtlArgs,
@@ -212,4 +216,156 @@ pub(crate) async fn thread_ttl(inner: &Inner, thread_id: &str) -> Result<Option<
 pub(crate) async fn purge(inner: &Inner) -> Result<u64> {
     inner.chunk_memo.clear();
     Ok(inner.link.delete_matching(&inner.layout.pattern()).await?)
+}
+
+/// Pairs of a `HGETALL` reply (RESP2 flat array or RESP3 map).
+fn hash_pairs(v: Value) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let pair = |f: &Value, v: &Value| match (bulk(f), bulk(v)) {
+        (Some(f), Some(v)) => Ok((f.to_vec(), v.to_vec())),
+        _ => Err(protocol("a hash field or value")),
+    };
+    match v {
+        Value::Map(pairs) => pairs.iter().map(|(f, v)| pair(f, v)).collect(),
+        v => array(v)?
+            .chunks(2)
+            .map(|p| match p {
+                [f, v] => pair(f, v),
+                _ => Err(protocol("an odd HGETALL reply")),
+            })
+            .collect(),
+    }
+}
+
+fn bulk_set(v: Value) -> Result<HashSet<Vec<u8>>> {
+    array(v)?
+        .iter()
+        .map(|f| {
+            bulk(f)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| protocol("a hash field"))
+        })
+        .collect()
+}
+
+/// The integrity scan of one thread (see [`IntegrityScan`](checkpoint_core::IntegrityScan)):
+/// the thread's checkpoint records, the fields of its value hash and of its write hash in
+/// one pipeline (values are not read), then the manifests of chunked values kept in the
+/// value hash, to check their chunks.
+pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<StorageIssue>> {
+    let keys = inner.layout.thread_keys(thread_id);
+    let cmds = [
+        redis::cmd("HGETALL").arg(&keys[CP]).clone(),
+        redis::cmd("HKEYS").arg(&keys[BL]).clone(),
+        redis::cmd("HKEYS").arg(&keys[WV]).clone(),
+    ];
+    let [records, values, writes]: [Value; 3] = inner
+        .link
+        .pipeline(&cmds, false)
+        .await?
+        .try_into()
+        .map_err(|_| protocol("three replies"))?;
+    let records = hash_pairs(records)?;
+    let values = bulk_set(values)?;
+    let writes = bulk_set(writes)?;
+    let corrupt_record = |id: &str| corrupt(format!("corrupt record of checkpoint {id:?}"));
+
+    let mut checkpoints: HashSet<(String, String)> = HashSet::new();
+    // (ns, id, value field), for values whose presence is not settled yet.
+    let mut to_check: Vec<(String, String, Vec<u8>)> = Vec::new();
+    // Manifests kept in the value hash, fetched to check their chunks.
+    let mut stored_manifests: Vec<Vec<u8>> = Vec::new();
+    let mut missing: Vec<(String, String, Vec<u8>)> = Vec::new();
+    for (tref, rec) in &records {
+        let (id, ns) =
+            parse_tref(tref).ok_or_else(|| corrupt("undecodable checkpoint reference"))?;
+        let fields = netstr(rec)
+            .and_then(|(cv, _)| unpack_list(cv))
+            .ok_or_else(|| corrupt_record(&id))?;
+        let inline: HashMap<Vec<u8>, Vec<u8>> = record_manifests(rec)
+            .ok_or_else(|| corrupt_record(&id))?
+            .into_iter()
+            .collect();
+        for field in fields {
+            let present = match inline.get(&field) {
+                Some(manifest) => chunk::manifest_chunks(manifest)
+                    .ok_or_else(|| corrupt_record(&id))?
+                    .iter()
+                    .all(|c| values.contains(c)),
+                None if values.contains(&field) => true,
+                None => {
+                    let manifest = chunk::manifest_field(&field);
+                    if values.contains(&manifest) {
+                        stored_manifests.push(manifest);
+                        to_check.push((ns.clone(), id.clone(), field));
+                        continue;
+                    }
+                    false
+                }
+            };
+            if !present {
+                missing.push((ns.clone(), id.clone(), field));
+            }
+        }
+        checkpoints.insert((ns, id));
+    }
+    if !stored_manifests.is_empty() {
+        stored_manifests.sort();
+        stored_manifests.dedup();
+        let mut c = redis::cmd("HMGET");
+        c.arg(&keys[BL]);
+        for m in &stored_manifests {
+            c.arg(&m[..]);
+        }
+        let fetched = array(inner.link.command(&c).await?)?;
+        let complete: HashMap<&[u8], bool> = stored_manifests
+            .iter()
+            .zip(&fetched)
+            .map(|(field, v)| {
+                let ok = bulk(v)
+                    .and_then(chunk::manifest_chunks)
+                    .is_some_and(|cs| cs.iter().all(|c| values.contains(c)));
+                (&field[chunk::MANIFEST_PREFIX.len()..], ok)
+            })
+            .collect();
+        for (ns, id, field) in to_check {
+            if !complete.get(&field[..]).copied().unwrap_or(false) {
+                missing.push((ns, id, field));
+            }
+        }
+    }
+    let mut issues = Vec::new();
+    for (ns, id, field) in missing {
+        let (channel, version) = parse_blob_field(&field).ok_or_else(|| corrupt_record(&id))?;
+        issues.push(StorageIssue::MissingValue {
+            checkpoint_ns: ns,
+            checkpoint_id: id,
+            channel,
+            version: version.to_string(),
+        });
+    }
+    let mut orphans: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for field in &writes {
+        let (id, rest) = unesc_str(field).ok_or_else(|| corrupt("undecodable write field"))?;
+        let (ns, _) = unesc_str(rest).ok_or_else(|| corrupt("undecodable write field"))?;
+        if !checkpoints.contains(&(ns.clone(), id.clone())) {
+            *orphans.entry((ns, id)).or_default() += 1;
+        }
+    }
+    issues.extend(
+        orphans
+            .into_iter()
+            .map(|((checkpoint_ns, checkpoint_id), writes)| {
+                StorageIssue::WritesWithoutCheckpoint {
+                    checkpoint_ns,
+                    checkpoint_id,
+                    writes,
+                }
+            }),
+    );
+    issues.sort_by(|a, b| {
+        a.at()
+            .cmp(&b.at())
+            .then_with(|| format!("{a:?}").cmp(&format!("{b:?}")))
+    });
+    Ok(issues)
 }

@@ -42,7 +42,7 @@ struct BodyIn {
 }
 
 /// Decodes a blob field (`esc(ns) esc(channel) version`) into its channel and version.
-fn parse_blob_field(f: &[u8]) -> Option<(String, ChannelVersion)> {
+pub(crate) fn parse_blob_field(f: &[u8]) -> Option<(String, ChannelVersion)> {
     let (_, rest) = unesc_str(f)?;
     let (channel, rest) = unesc_str(rest)?;
     let version = std::str::from_utf8(rest).ok()?;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use checkpoint_core::{
     BoxStream, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
-    CheckpointTuple, Claim, DeltaChannelHistory, Lease, ListOptions, PruneStrategy, PutOptions,
-    PutWritesOptions, Result, Saver, TypedValue, async_trait,
+    CheckpointTuple, Claim, DeltaChannelHistory, IntegrityScan, Lease, ListOptions, PruneStrategy,
+    PutOptions, PutWritesOptions, Result, Saver, StorageIssue, TypedValue, async_trait,
 };
 
 use crate::config::{RedisSaverBuilder, ThreadTtl};
@@ -189,5 +189,12 @@ impl Saver for RedisSaver {
 
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
         coord::abandon_claim(&self.inner, key, token).await
+    }
+}
+
+#[async_trait]
+impl IntegrityScan for RedisSaver {
+    async fn scan_thread(&self, thread_id: &str) -> Result<Vec<StorageIssue>> {
+        admin::scan_thread(&self.inner, thread_id).await
     }
 }

@@ -1,16 +1,17 @@
 //! Maintenance: `delete_thread`, `copy_thread`, `prune`, `delete_for_runs`, thread TTLs and
-//! sweeping expired threads. Each runs in one `IMMEDIATE` transaction on the writer.
+//! sweeping expired threads (each in one `IMMEDIATE` transaction on the writer), and the
+//! integrity scan (on a reader).
 
 use std::time::Duration;
 
-use checkpoint_core::{Error, PruneStrategy, Result};
+use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue};
 use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 
 use crate::config::{ThreadTtl, duration_ms};
 use crate::core::Inner;
 use crate::error::classify;
-use crate::keys::{IDENTIFIERS, entry};
+use crate::keys::{IDENTIFIERS, entry, parse_version_key};
 use crate::sql;
 
 pub(crate) async fn delete_thread(inner: &Inner, thread_id: &str) -> Result<()> {
@@ -198,4 +199,46 @@ pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> 
         .map_err(classify)?;
     tx.commit().await?;
     Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// The integrity scan of one thread (see [`IntegrityScan`](checkpoint_core::IntegrityScan)):
+/// two indexed reads on a reader connection.
+pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<StorageIssue>> {
+    if !IDENTIFIERS.storable(thread_id) {
+        return Ok(Vec::new());
+    }
+    let missing: Vec<(String, String, String, String)> = sqlx::query_as(sql::SCAN_MISSING_VALUES)
+        .bind(thread_id)
+        .fetch_all(&inner.reader)
+        .await
+        .map_err(classify)?;
+    let orphans: Vec<(String, String, i64)> = sqlx::query_as(sql::SCAN_WRITES_WITHOUT_CHECKPOINT)
+        .bind(thread_id)
+        .fetch_all(&inner.reader)
+        .await
+        .map_err(classify)?;
+    let mut issues: Vec<StorageIssue> = missing
+        .into_iter()
+        .map(
+            |(checkpoint_ns, checkpoint_id, channel, key)| StorageIssue::MissingValue {
+                checkpoint_ns,
+                checkpoint_id,
+                channel,
+                version: parse_version_key(&key).map_or(key, |v| v.to_string()),
+            },
+        )
+        .chain(
+            orphans
+                .into_iter()
+                .map(
+                    |(checkpoint_ns, checkpoint_id, n)| StorageIssue::WritesWithoutCheckpoint {
+                        checkpoint_ns,
+                        checkpoint_id,
+                        writes: u64::try_from(n).unwrap_or_default(),
+                    },
+                ),
+        )
+        .collect();
+    issues.sort_by(|a, b| a.at().cmp(&b.at()));
+    Ok(issues)
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use checkpoint_core::{
     BoxStream, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
-    CheckpointTuple, Claim, DeltaChannelHistory, Lease, ListOptions, PruneStrategy, PutOptions,
-    PutWritesOptions, Result, Saver, TypedValue, async_trait,
+    CheckpointTuple, Claim, DeltaChannelHistory, IntegrityScan, Lease, ListOptions, PruneStrategy,
+    PutOptions, PutWritesOptions, Result, Saver, StorageIssue, TypedValue, async_trait,
 };
 use sqlx::sqlite::SqlitePool;
 
@@ -221,5 +221,12 @@ impl Saver for SqliteSaver {
 
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
         coord::abandon_claim(&self.inner, key, token).await
+    }
+}
+
+#[async_trait]
+impl IntegrityScan for SqliteSaver {
+    async fn scan_thread(&self, thread_id: &str) -> Result<Vec<StorageIssue>> {
+        admin::scan_thread(&self.inner, thread_id).await
     }
 }

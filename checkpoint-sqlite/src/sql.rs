@@ -425,3 +425,27 @@ pub(crate) async fn lease_token(pool: &SqlitePool, thread_id: &str) -> Result<u6
         .await?;
     Ok(token.map_or(0, |t| u64::try_from(t).unwrap_or(0)))
 }
+
+/// Integrity scan of thread ?1: every (namespace, checkpoint, channel, version key) a
+/// checkpoint names with no row in `checkpoint_blobs` (an emptied channel has a row with a
+/// NULL type, so a missing row is a lost value).
+pub(crate) const SCAN_MISSING_VALUES: &str = "
+SELECT c.checkpoint_ns, c.checkpoint_id, v.key, v.value
+FROM checkpoints c, json_each(c.checkpoint, '$.cv') v
+WHERE c.thread_id = ?1 AND NOT EXISTS (
+    SELECT 1 FROM checkpoint_blobs b
+    WHERE b.thread_id = ?1 AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key
+      AND b.version = v.value)
+ORDER BY 1, 2, 3";
+
+/// Integrity scan of thread ?1: pending writes per (namespace, checkpoint) whose checkpoint
+/// is not stored.
+pub(crate) const SCAN_WRITES_WITHOUT_CHECKPOINT: &str = "
+SELECT w.checkpoint_ns, w.checkpoint_id, count(*)
+FROM checkpoint_writes w
+WHERE w.thread_id = ?1 AND NOT EXISTS (
+    SELECT 1 FROM checkpoints c
+    WHERE c.thread_id = ?1 AND c.checkpoint_ns = w.checkpoint_ns
+      AND c.checkpoint_id = w.checkpoint_id)
+GROUP BY 1, 2
+ORDER BY 1, 2";

@@ -442,3 +442,37 @@ async fn an_interrupted_ordered_put_is_invisible_and_completes_when_repeated() {
     assert_eq!(count(&s, &names.values, doc! {}).await, 1);
     drop_saver(&s).await;
 }
+
+#[tokio::test]
+async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
+    if skip("the_integrity_scan_finds_a_lost_value_and_orphan_writes") {
+        return;
+    }
+    let c = client().await;
+    let s = saver_with(&c, |c| c).await;
+    let values = s
+        .database()
+        .collection::<Document>(&s.config().collection_names().values);
+    checkpoint_conformance::integrity::integrity_scan_scenario(
+        &s,
+        "scanned",
+        |thread, version| async move {
+            let key = match version {
+                checkpoint_core::ChannelVersion::Int(n) => format!("i{n}"),
+                checkpoint_core::ChannelVersion::Str(s) => format!("s{s}"),
+            };
+            let gone = values
+                .delete_one(doc! {
+                    "t": thread,
+                    "n": "",
+                    "ch": checkpoint_conformance::integrity::LOST_CHANNEL,
+                    "v": key,
+                })
+                .await
+                .unwrap();
+            assert_eq!(gone.deleted_count, 1);
+        },
+    )
+    .await;
+    drop_saver(&s).await;
+}

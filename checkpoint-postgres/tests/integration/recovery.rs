@@ -148,3 +148,35 @@ async fn setup_is_idempotent_and_safe_concurrently() {
     assert!(own >= 8);
     common::drop_schemas(&url, &[schema]).await;
 }
+
+#[tokio::test]
+async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
+    let Some(url) = common::url() else {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "CHECKPOINT_TEST_POSTGRES_URL is required"
+        );
+        return;
+    };
+    let (saver, schema) = common::fresh_saver(&url).await.unwrap();
+    let pool = saver.pool().clone();
+    checkpoint_conformance::integrity::integrity_scan_scenario(
+        &saver,
+        "scanned",
+        |thread, version| async move {
+            // LangGraph's layout keeps the version as text.
+            let gone = sqlx::query(
+                "DELETE FROM checkpoint_blobs WHERE thread_id = $1 AND channel = $2 AND version = $3",
+            )
+            .bind(&thread)
+            .bind(checkpoint_conformance::integrity::LOST_CHANNEL)
+            .bind(version.to_string())
+            .execute(&pool)
+            .await
+            .unwrap();
+            assert_eq!(gone.rows_affected(), 1);
+        },
+    )
+    .await;
+    common::drop_schemas(&url, &[schema]).await;
+}

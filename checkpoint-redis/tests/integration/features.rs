@@ -695,3 +695,83 @@ fn list_values_are_stored_once_per_element_and_read_back_exactly() {
         vec![url],
     ));
 }
+
+#[test]
+fn the_integrity_scan_finds_a_lost_value_a_lost_chunk_and_orphan_writes() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let prefix = common::unique_prefix("integrity");
+        let saver = RedisSaver::builder(url.clone())
+            .key_prefix(prefix.clone())
+            .build()
+            .await
+            .unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let bl = |thread: &str| format!("{prefix}:{{{thread}}}:bl");
+        // A plain value: its field is esc(ns) esc(channel) version (README, key layout).
+        let (key, mut c) = (bl("scanned"), conn.clone());
+        checkpoint_conformance::integrity::integrity_scan_scenario(
+            &saver,
+            "scanned",
+            |_, version| async move {
+                let mut field = b"\x00".to_vec();
+                field.extend_from_slice(checkpoint_conformance::integrity::LOST_CHANNEL.as_bytes());
+                field.push(0);
+                field.extend_from_slice(
+                    match version {
+                        checkpoint_core::ChannelVersion::Int(n) => format!("i{n}"),
+                        checkpoint_core::ChannelVersion::Str(s) => format!("s{s}"),
+                    }
+                    .as_bytes(),
+                );
+                let gone: u64 = redis::cmd("HDEL")
+                    .arg(&key)
+                    .arg(field)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                assert_eq!(gone, 1);
+            },
+        )
+        .await;
+
+        // A value stored in chunks: losing one chunk loses the value.
+        let (cp, v) = step(None, &[("messages", Some(common::messages(40)))]);
+        let stored = saver
+            .put(
+                &CheckpointConfig::new("chunked"),
+                cp.clone(),
+                CheckpointMetadata::new(),
+                v,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        use checkpoint_core::IntegrityScan;
+        assert_eq!(saver.scan_thread("chunked").await.unwrap(), vec![]);
+        let fields: Vec<Vec<u8>> = redis::cmd("HKEYS")
+            .arg(bl("chunked"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let chunk = fields
+            .iter()
+            .find(|f| f.starts_with(b"\x01\x03"))
+            .expect("the list is chunked");
+        let _: u64 = redis::cmd("HDEL")
+            .arg(bl("chunked"))
+            .arg(chunk)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let scan = saver.scan_thread("chunked").await.unwrap();
+        assert_eq!(scan.len(), 1, "{scan:?}");
+        assert!(
+            matches!(&scan[0], checkpoint_core::StorageIssue::MissingValue { channel, checkpoint_id, .. }
+                if channel == "messages" && Some(checkpoint_id) == stored.checkpoint_id.as_ref()),
+            "{scan:?}"
+        );
+        saver.purge().await.unwrap();
+    });
+}

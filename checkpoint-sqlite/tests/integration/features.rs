@@ -562,3 +562,31 @@ async fn an_in_memory_saver_is_private_and_shared_by_its_clones() {
     assert!(clone.get_tuple(&config).await.unwrap().is_some());
     assert!(b.get_tuple(&config).await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
+    let db = TempDb::new("integrity");
+    let saver = SqliteSaver::open(&db.path).await.unwrap();
+    let pool = saver.pool().clone();
+    checkpoint_conformance::integrity::integrity_scan_scenario(
+        &saver,
+        "scanned",
+        |thread, version| async move {
+            let key = match version {
+                checkpoint_core::ChannelVersion::Int(n) => format!("i{n}"),
+                checkpoint_core::ChannelVersion::Str(s) => format!("s{s}"),
+            };
+            let gone = sqlx::query(
+                "DELETE FROM checkpoint_blobs WHERE thread_id = ? AND channel = ? AND version = ?",
+            )
+            .bind(&thread)
+            .bind(checkpoint_conformance::integrity::LOST_CHANNEL)
+            .bind(&key)
+            .execute(&pool)
+            .await
+            .unwrap();
+            assert_eq!(gone.rows_affected(), 1);
+        },
+    )
+    .await;
+}
