@@ -61,19 +61,77 @@ enum Cmd {
     },
 }
 
+/// A chat message in LangChain's dict form, as LangGraph agents keep them.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Message {
+    /// `human`, `ai` or `tool`.
+    #[serde(rename = "type")]
     role: String,
     content: String,
+    /// The tools an `ai` message calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<ToolCall>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
 }
 
-/// The agent's script: what it says at each step, before it needs a human.
-const SCRIPT: [(&str, &str); 4] = [
-    ("user", "Please refund order #1001, it arrived broken."),
-    ("ai", "Let me look up order #1001."),
-    ("tool", "order #1001: 89.90 EUR, delivered 2026-11-20"),
-    ("ai", "The order qualifies for a refund of 89.90 EUR."),
-];
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct ToolCall {
+    id: String,
+    name: String,
+    args: serde_json::Value,
+}
+
+impl Message {
+    fn new(role: &str, content: &str) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    fn calls(mut self, id: &str, name: &str, args: serde_json::Value) -> Self {
+        self.tool_calls.push(ToolCall {
+            id: id.into(),
+            name: name.into(),
+            args,
+        });
+        self
+    }
+
+    fn answers(mut self, call: &str) -> Self {
+        self.tool_call_id = Some(call.into());
+        self
+    }
+}
+
+/// The agent's script: message `i` of the conversation, before it needs a human.
+fn script(i: usize) -> Option<Message> {
+    Some(match i {
+        0 => Message::new("human", "Please refund order #1001, it arrived broken."),
+        1 => Message::new("ai", "Let me look up order #1001.").calls(
+            "call_lookup",
+            "lookup_order",
+            serde_json::json!({"order": 1001}),
+        ),
+        2 => Message::new("tool", "order #1001: 89.90 EUR, delivered 2026-11-20")
+            .answers("call_lookup"),
+        3 => Message::new("ai", "The order qualifies for a refund of 89.90 EUR.").calls(
+            REFUND_CALL,
+            "issue_refund",
+            serde_json::json!({"order": 1001, "amount": 89.90}),
+        ),
+        _ => return None,
+    })
+}
+
+/// Messages in the script.
+const SCRIPT_LEN: usize = 4;
+/// The tool call that needs a human's approval.
+const REFUND_CALL: &str = "call_refund";
 
 fn say(text: impl AsRef<str>) {
     println!("[pid {}] {}", std::process::id(), text.as_ref());
@@ -141,27 +199,20 @@ async fn run(db: &Path) -> Result<(), Error> {
             say("the agent is waiting for a human: run `approve`");
             return Ok(());
         }
-        let Some((role, content)) = SCRIPT.get(done) else {
+        let Some(message) = script(done) else {
             break;
         };
+        let line = format!("{}: {}", message.role, message.content);
         // The agent "thinks" (a model call): a good moment to be killed.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let t = append(
-            &saver,
-            head.as_ref(),
-            Message {
-                role: (*role).into(),
-                content: (*content).into(),
-            },
-        )
-        .await?;
-        say(format!("step {} saved: {role}: {content}", done + 1));
+        let t = append(&saver, head.as_ref(), message).await?;
+        say(format!("step {} saved: {line}", done + 1));
         head = Some(t);
     }
     // The script is done: ask for approval. The question is a pending write of the
     // checkpoint, stored before the question is shown to anyone.
     let t = head.expect("the script stored checkpoints");
-    if messages(&t)?.len() == SCRIPT.len() {
+    if messages(&t)?.len() == SCRIPT_LEN {
         saver
             .put_writes(
                 &t.config,
@@ -220,19 +271,13 @@ async fn approve(db: &Path) -> Result<(), Error> {
     let tool = append(
         &saver,
         Some(&head),
-        Message {
-            role: "tool".into(),
-            content: receipt.clone(),
-        },
+        Message::new("tool", &receipt).answers(REFUND_CALL),
     )
     .await?;
     append(
         &saver,
         Some(&tool),
-        Message {
-            role: "ai".into(),
-            content: format!("Done: {receipt}."),
-        },
+        Message::new("ai", &format!("Done: {receipt}.")),
     )
     .await?;
     say(format!("{receipt}; thread complete"));
