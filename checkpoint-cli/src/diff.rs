@@ -201,14 +201,14 @@ fn changes_text(out: &mut String, changes: &Value) {
             other => other.to_string(),
         };
         out.push_str(&format!(
-            "{} {channel} ({} -> {})\n",
+            "{} {channel} (version {} -> {})\n",
             c["change"].as_str().unwrap_or_default(),
             version(&c["from_version"]),
             version(&c["to_version"]),
         ));
         if c["messages"].is_object() {
             out.push_str(&format!(
-                "  messages: {} -> {}\n",
+                "  {} -> {} messages\n",
                 c["messages"]["from_count"], c["messages"]["to_count"]
             ));
             messages_text(out, &c["messages"]);
@@ -346,7 +346,8 @@ pub fn repair_text(doc: &Value) -> String {
     }
     let actions = doc["actions"].as_array().map_or(&[][..], |a| a);
     if !actions.is_empty() {
-        out.push_str(&format!("{} changes:\n", actions.len()));
+        let n = actions.len();
+        out.push_str(&format!("{n} change{}:\n", if n == 1 { "" } else { "s" }));
         if doc["messages"].is_object() {
             messages_text(&mut out, &doc["messages"]);
         }

@@ -304,7 +304,7 @@ async fn run_verify(cli: &Cli) -> Result<(String, bool), CliError> {
         unreachable!("called for verify only");
     };
     let selection = select.selection(thread_ids)?;
-    let saver = Store::parse(url)?.open().await?;
+    let (saver, scan) = Store::parse(url)?.open_scannable().await?;
     let threads = select::select_ids(&*saver, &selection).await?;
     let options = VerifyOptions {
         channel: channel.clone(),
@@ -314,7 +314,7 @@ async fn run_verify(cli: &Cli) -> Result<(String, bool), CliError> {
     let progress = Arc::new(Progress::default());
     let (done, finished) = tokio::sync::oneshot::channel();
     let reporter = tokio::spawn(report_progress("verify", progress.clone(), finished));
-    let outcome = verify::verify(saver, threads, &options, progress).await;
+    let outcome = verify::verify(saver, Some(scan), threads, &options, progress).await;
     let _ = done.send(());
     let _ = reporter.await;
     let (doc, issues) = outcome?;

@@ -5,12 +5,13 @@ use futures::TryStreamExt;
 use serde_json::{Value, json};
 
 use crate::CliError;
+use crate::render::count;
 use crate::select::ThreadSummary;
 
 /// Threads pruned per call to the saver.
 const BATCH: usize = 100;
 
-async fn count(saver: &dyn Saver, thread: &str) -> Result<u64, CliError> {
+async fn count_checkpoints(saver: &dyn Saver, thread: &str) -> Result<u64, CliError> {
     let mut n = 0;
     let mut stream = saver.list(ListOptions::thread(thread));
     while stream.try_next().await?.is_some() {
@@ -52,7 +53,7 @@ pub async fn prune(
         }
         let mut n = 0;
         for id in &ids {
-            n += count(saver, id).await?;
+            n += count_checkpoints(saver, id).await?;
         }
         n
     };
@@ -68,19 +69,23 @@ pub async fn prune(
 
 /// The report as text.
 pub fn report_text(doc: &Value) -> String {
+    let n = |key: &str| doc[key].as_u64().unwrap_or_default();
     if doc["dry_run"] == true {
         format!(
-            "would delete up to {} of {} checkpoints in {} threads (keeping the latest {} of each namespace; dry run: nothing deleted)\n",
-            doc["deleted"], doc["checkpoints_before"], doc["threads"], doc["keep_last"]
+            "would delete up to {} of {} in {} (keeping the latest {} of each namespace; dry run: nothing deleted)\n",
+            n("deleted"),
+            count(n("checkpoints_before"), "checkpoint"),
+            count(n("threads"), "thread"),
+            n("keep_last"),
         )
     } else {
         format!(
-            "deleted {} of {} checkpoints in {} threads; {} remain (the latest {} of each namespace, with the ancestors their delta channels need)\n",
-            doc["deleted"],
-            doc["checkpoints_before"],
-            doc["threads"],
-            doc["checkpoints_after"],
-            doc["keep_last"]
+            "deleted {} of {} in {}; {} remain (the latest {} of each namespace, with the ancestors their delta channels need)\n",
+            n("deleted"),
+            count(n("checkpoints_before"), "checkpoint"),
+            count(n("threads"), "thread"),
+            n("checkpoints_after"),
+            n("keep_last"),
         )
     }
 }

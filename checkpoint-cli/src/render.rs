@@ -147,6 +147,11 @@ fn content_text(element: &Value) -> String {
     }
 }
 
+/// `n` and a noun, plural unless `n` is 1 (`count(2, "thread")` is `2 threads`).
+pub fn count(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// `text` on one line, at most `width` characters (an ellipsis marks a cut).
 pub fn shorten(text: &str, width: usize) -> String {
     let one_line: String = text

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use checkpoint_core::Saver;
+use checkpoint_core::{IntegrityScan, Saver};
 use checkpoint_mongo::{MongoConfig, MongoSaver};
 use checkpoint_postgres::PostgresSaver;
 use checkpoint_redis::RedisSaver;
@@ -101,7 +101,21 @@ impl Store {
     /// Connects to the store as it is: nothing is created or migrated, and a SQLite file
     /// that does not exist is an error rather than a new empty database.
     pub async fn open(&self) -> Result<Arc<dyn Saver>, CliError> {
-        let saver: Arc<dyn Saver> = match self {
+        Ok(self.open_scannable().await?.0)
+    }
+
+    /// [`open`](Self::open), with the store's [`IntegrityScan`] (every backend a URL names
+    /// has one).
+    pub async fn open_scannable(
+        &self,
+    ) -> Result<(Arc<dyn Saver>, Arc<dyn IntegrityScan>), CliError> {
+        fn both<S: Saver + IntegrityScan + 'static>(
+            s: S,
+        ) -> (Arc<dyn Saver>, Arc<dyn IntegrityScan>) {
+            let s = Arc::new(s);
+            (s.clone(), s)
+        }
+        Ok(match self {
             Store::Sqlite(path) => {
                 if !path.is_file() {
                     return Err(CliError::NotFound(format!(
@@ -109,18 +123,17 @@ impl Store {
                         path.display()
                     )));
                 }
-                Arc::new(SqliteSaver::open(path).await?)
+                both(SqliteSaver::open(path).await?)
             }
-            Store::Postgres(url) => Arc::new(PostgresSaver::connect(url).await?),
-            Store::Redis(url) => Arc::new(RedisSaver::connect(url.clone()).await?),
+            Store::Postgres(url) => both(PostgresSaver::connect(url).await?),
+            Store::Redis(url) => both(RedisSaver::connect(url.clone()).await?),
             Store::RedisCluster(nodes) => {
-                Arc::new(RedisSaver::cluster_builder(nodes.clone()).build().await?)
+                both(RedisSaver::cluster_builder(nodes.clone()).build().await?)
             }
             Store::Mongo { uri, database } => {
-                Arc::new(MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?)
+                both(MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?)
             }
-        };
-        Ok(saver)
+        })
     }
 }
 

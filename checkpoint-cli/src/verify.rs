@@ -1,7 +1,9 @@
 //! `verify`: an integrity scan of stored threads, through the `Saver` API.
 //!
 //! For every checkpoint of every selected thread (all namespaces), it checks:
-//! - **parent chains**: the parent a checkpoint names is stored in its namespace;
+//! - **parent chains**: the parent a checkpoint names is stored in its namespace, unless it
+//!   is older than every stored checkpoint of the namespace (history pruned away, counted
+//!   as `pruned_histories`; checkpoint ids grow with time);
 //! - **values**: every channel value and pending write tagged `msgpack` or `json` decodes
 //!   within [`DecodeLimits::default`] (values of foreign tags such as `pickle` are counted,
 //!   not decoded);
@@ -11,6 +13,9 @@
 //!   calls of the last model message, with only their results after it, and calls answered
 //!   by the checkpoint's pending writes are a run between its model and tool steps, not
 //!   damage. `checkpoint repair` fixes what is found by writing a new latest checkpoint;
+//! - **stored records** (the store's [`IntegrityScan`]): values a checkpoint names that are
+//!   not stored (reads return such a checkpoint without the channel, as if it had been
+//!   emptied), and pending writes of checkpoints that are not stored;
 //! - **readability**: a thread whose listing fails with a non-transient error is reported
 //!   (and the scan goes on with the next thread).
 //!
@@ -21,13 +26,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use checkpoint_core::{CheckpointTuple, DecodeLimits, ListOptions, Saver, TypedValue, ValueType};
+use checkpoint_core::{
+    CheckpointTuple, DecodeLimits, IntegrityScan, ListOptions, Saver, StorageIssue, TypedValue,
+    ValueType,
+};
 use checkpoint_sanitize::messages::{MessageList, Role, ViolationKind, pending_results};
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
 use crate::CliError;
 use crate::migrate::Progress;
+use crate::render::count;
 
 /// How `verify` scans.
 #[derive(Clone, Debug)]
@@ -60,6 +69,10 @@ pub enum IssueKind {
     UndecodableValue,
     /// The message list breaks the providers' tool-call rules.
     OrphanToolCall,
+    /// A value a checkpoint names is not stored.
+    MissingValue,
+    /// Pending writes name a checkpoint that is not stored.
+    WritesWithoutCheckpoint,
     /// The thread could not be read.
     Unreadable,
 }
@@ -71,6 +84,8 @@ impl IssueKind {
             IssueKind::BrokenParent => "broken_parent",
             IssueKind::UndecodableValue => "undecodable_value",
             IssueKind::OrphanToolCall => "orphan_tool_call",
+            IssueKind::MissingValue => "missing_value",
+            IssueKind::WritesWithoutCheckpoint => "writes_without_checkpoint",
             IssueKind::Unreadable => "unreadable",
         }
     }
@@ -94,12 +109,15 @@ struct ThreadScan {
     checkpoints: u64,
     values: u64,
     foreign: u64,
+    truncated: u64,
     issues: Vec<Issue>,
 }
 
-/// Scans the threads; returns the report and every issue found.
+/// Scans the threads (with `scan`, the store's own records too); returns the report and
+/// every issue found.
 pub async fn verify(
     saver: Arc<dyn Saver>,
+    scan: Option<Arc<dyn IntegrityScan>>,
     threads: Vec<String>,
     options: &VerifyOptions,
     progress: Arc<Progress>,
@@ -110,9 +128,13 @@ pub async fn verify(
         .store(threads.len() as u64, Ordering::Relaxed);
     let scans: Vec<ThreadScan> = futures::stream::iter(threads.iter().cloned())
         .map(|thread| {
-            let (saver, progress) = (saver.clone(), progress.clone());
+            let (saver, scan, progress) = (saver.clone(), scan.clone(), progress.clone());
             async move {
-                let scan = scan_thread(&*saver, &thread, options, &progress).await?;
+                let mut scan_result = scan_thread(&*saver, &thread, options, &progress).await?;
+                if let Some(scan) = scan {
+                    scan_records(&*scan, &thread, &mut scan_result).await?;
+                }
+                let scan = scan_result;
                 progress.threads.fetch_add(1, Ordering::Relaxed);
                 Ok::<_, CliError>(scan)
             }
@@ -125,6 +147,7 @@ pub async fn verify(
         total.checkpoints += s.checkpoints;
         total.values += s.values;
         total.foreign += s.foreign;
+        total.truncated += s.truncated;
         total.issues.extend(s.issues);
     }
     let issues = total.issues;
@@ -138,8 +161,10 @@ pub async fn verify(
         "checkpoints": total.checkpoints,
         "values_checked": total.values,
         "foreign_values": total.foreign,
+        "pruned_histories": total.truncated,
         "seconds": seconds,
         "checkpoints_per_second": if seconds > 0.0 { total.checkpoints as f64 / seconds } else { 0.0 },
+        "records_scanned": scan.is_some(),
         "intact": issues.is_empty(),
         "issue_counts": by_kind,
         "issues": issues.iter().take(options.max_listed).map(|i| json!({
@@ -210,8 +235,33 @@ async fn scan_thread(
         );
         check_messages(head, &at, &options.channel, &mut scan);
     }
+    // The oldest stored checkpoint of each namespace: a missing parent older than that is
+    // history pruned away (prune keeps the latest checkpoints), not a gap in the chain.
+    let mut oldest: HashMap<&str, &str> = HashMap::new();
+    for (ns, id) in &stored {
+        let entry = oldest.entry(ns.as_str()).or_insert(id.as_str());
+        if id.as_str() < *entry {
+            *entry = id.as_str();
+        }
+    }
+    let mut truncated = 0;
+    let mut broken = Vec::new();
     for ((ns, id), parent) in parents {
-        if !stored.contains(&(ns.clone(), parent.clone())) {
+        if stored.contains(&(ns.clone(), parent.clone())) {
+            continue;
+        }
+        if oldest
+            .get(ns.as_str())
+            .is_some_and(|o| parent.as_str() < *o)
+        {
+            truncated += 1;
+        } else {
+            broken.push(((ns, id), parent));
+        }
+    }
+    scan.truncated = truncated;
+    for ((ns, id), parent) in broken {
+        {
             scan.issues.push(Issue {
                 kind: IssueKind::BrokenParent,
                 thread_id: thread.to_owned(),
@@ -223,6 +273,31 @@ async fn scan_thread(
     scan.issues
         .sort_by(|a, b| (a.kind, &a.at).cmp(&(b.kind, &b.at)));
     Ok(scan)
+}
+
+/// Adds what the store's own records show (see the module docs).
+async fn scan_records(
+    scan: &dyn IntegrityScan,
+    thread: &str,
+    out: &mut ThreadScan,
+) -> Result<(), CliError> {
+    for issue in scan.scan_thread(thread).await? {
+        let kind = match issue {
+            StorageIssue::MissingValue { .. } => IssueKind::MissingValue,
+            StorageIssue::WritesWithoutCheckpoint { .. } => IssueKind::WritesWithoutCheckpoint,
+            _ => continue,
+        };
+        let (ns, id) = issue.at();
+        out.issues.push(Issue {
+            kind,
+            thread_id: thread.to_owned(),
+            at: Some((ns.to_owned(), id.to_owned())),
+            detail: issue.to_string(),
+        });
+    }
+    out.issues
+        .sort_by(|a, b| (a.kind, &a.at).cmp(&(b.kind, &b.at)));
+    Ok(())
 }
 
 fn check_values(tuple: &CheckpointTuple, at: &(String, String), scan: &mut ThreadScan) {
@@ -334,10 +409,13 @@ fn check_messages(
 /// The report as text.
 pub fn report_text(doc: &Value) -> String {
     let mut out = format!(
-        "verified {} threads, {} checkpoints, {} values in {:.1} s ({:.0} checkpoints/s)\n",
-        doc["threads"],
-        doc["checkpoints"],
-        doc["values_checked"],
+        "verified {}, {}, {} in {:.1} s ({:.0} checkpoints/s)\n",
+        count(doc["threads"].as_u64().unwrap_or_default(), "thread"),
+        count(
+            doc["checkpoints"].as_u64().unwrap_or_default(),
+            "checkpoint"
+        ),
+        count(doc["values_checked"].as_u64().unwrap_or_default(), "value"),
         doc["seconds"].as_f64().unwrap_or_default(),
         doc["checkpoints_per_second"].as_f64().unwrap_or_default(),
     );

@@ -604,6 +604,19 @@ mod migrate {
                 pair[0],
                 pair[1]
             );
+            // Every store holds the edge cases intact, records included (emptied channels,
+            // special writes, a 1 MB value, nested namespaces are not damage).
+            let mut args = vec!["verify", &pair[1], "--json"];
+            args.extend(threads.iter().map(String::as_str));
+            let verified = checkpoint(&args);
+            let doc: Value = serde_json::from_slice(&verified.stdout).unwrap();
+            assert_eq!(
+                (doc["intact"].clone(), doc["records_scanned"].clone()),
+                (json!(true), json!(true)),
+                "{}: {doc:#}",
+                pair[1]
+            );
+            assert_eq!(doc["checkpoints"].as_u64(), Some(checkpoints));
         }
         let returned = SqliteSaver::open(&back).await.unwrap();
         assert_eq!(
@@ -706,8 +719,11 @@ mod maintain {
         );
 
         // A checkpoint whose parent is not stored.
-        let orphan_parent = CheckpointConfig::new("support")
-            .with_checkpoint_id("1ef00000-0000-6000-8000-00000000dead");
+        // (A parent older than every stored checkpoint is pruned history, not damage: the
+        // missing one is newer than the thread's first checkpoint.)
+        let missing_parent = checkpoint_core::new_checkpoint_id();
+        let orphan_parent =
+            CheckpointConfig::new("support").with_checkpoint_id(missing_parent.clone());
         let broken = Checkpoint::new();
         saver
             .put(
@@ -749,6 +765,25 @@ mod maintain {
             .unwrap();
         // An orphan tool call in a thread's latest state.
         let orphan_head = write_orphan(&saver, "seed-004").await;
+        // A value lost from the file (reads then show the checkpoint without the channel),
+        // and pending writes of a checkpoint that is not stored.
+        let lost = checkpoint_sqlite::sqlx::query(
+            "DELETE FROM checkpoint_blobs WHERE thread_id = 'support' AND channel = 'payload'",
+        )
+        .execute(saver.pool())
+        .await
+        .unwrap();
+        assert_eq!(lost.rows_affected(), 1);
+        saver
+            .put_writes(
+                &CheckpointConfig::new("other")
+                    .with_checkpoint_id("1ef00000-0000-6000-8000-0000000000aa"),
+                vec![("x".into(), TypedValue::null())],
+                "task-1",
+                PutWritesOptions::new(),
+            )
+            .await
+            .unwrap();
 
         let out = checkpoint(&["verify", &url, "--json"]);
         assert_eq!(code(&out), Some(1), "issues make the exit status 1");
@@ -756,7 +791,14 @@ mod maintain {
         assert_eq!(report["intact"], false);
         assert_eq!(
             report["issue_counts"],
-            json!({"broken_parent": 1, "undecodable_value": 2, "orphan_tool_call": 1}),
+            json!({
+                "broken_parent": 1,
+                "undecodable_value": 2,
+                "orphan_tool_call": 1,
+                // support's three checkpoints all name the lost version of `payload`.
+                "missing_value": 3,
+                "writes_without_checkpoint": 1,
+            }),
             "{report:#}"
         );
         let issues = report["issues"].as_array().unwrap();
@@ -766,7 +808,7 @@ mod maintain {
             find("broken_parent")["detail"]
                 .as_str()
                 .unwrap()
-                .contains("1ef00000-0000-6000-8000-00000000dead")
+                .contains(&missing_parent)
         );
         assert_eq!(
             find("orphan_tool_call")["checkpoint_id"],
@@ -781,11 +823,13 @@ mod maintain {
         );
         let text = String::from_utf8(checkpoint(&["verify", &url]).stdout).unwrap();
         assert!(
-            text.contains("issues: 1 broken_parent, 1 orphan_tool_call, 2 undecodable_value"),
+            text.contains(
+                "issues: 1 broken_parent, 3 missing_value, 1 orphan_tool_call, 2 undecodable_value, 1 writes_without_checkpoint"
+            ),
             "{text}"
         );
         // Naming threads scans only those.
-        let one = checkpoint(&["verify", &url, "other", "in-flight", "--json"]);
+        let one = checkpoint(&["verify", &url, "in-flight", "--json"]);
         assert_eq!(code(&one), Some(0));
         let some = checkpoint(&["verify", &url, "--threads", "seed-*", "--json"]);
         let some: Value = serde_json::from_slice(&some.stdout).unwrap();
@@ -828,7 +872,8 @@ mod maintain {
         assert_eq!(changed[0]["messages"]["removed"], json!([]));
         assert_eq!(doc["unchanged"], json!(["payload"]));
         let text = ok(&["diff", &url, "support", &ids[0], &ids[2]]);
-        assert!(text.contains("changed messages"), "{text}");
+        assert!(text.contains("changed messages (version "), "{text}");
+        assert!(text.contains("  1 -> 3 messages\n"), "{text}");
         assert!(text.contains("+ [1] ai a1  -> lookup(call_1)"), "{text}");
         assert!(text.contains("+ [2] tool t1: 30 days  <- call_1"), "{text}");
         // Backwards, the same messages are removed.
@@ -973,6 +1018,10 @@ mod maintain {
             (done["threads"].as_u64(), done["deleted"].as_u64()),
             (Some(2), Some(2))
         );
+        // Pruned history is not damage.
+        let pruned = json_of(&["verify", &url, "--threads", "user-*", "--json"]);
+        assert_eq!(pruned["intact"], true, "{pruned:#}");
+        assert_eq!(pruned["pruned_histories"], 2);
         for (thread, n) in [("user-1", 1), ("user-2", 1), ("bot-1", 2), ("support", 3)] {
             assert_eq!(
                 saver
@@ -986,7 +1035,7 @@ mod maintain {
         }
         let text = ok(&["prune", &url, "--keep-last", "2", "--thread", "support"]);
         assert!(
-            text.starts_with("deleted 1 of 3 checkpoints in 1 threads"),
+            text.starts_with("deleted 1 of 3 checkpoints in 1 thread;"),
             "{text}"
         );
         let kept = saver
