@@ -109,6 +109,9 @@ impl Saver for LosesWrites {
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
         self.0.list(options)
     }
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        self.0.list_threads()
+    }
     async fn put(
         &self,
         config: &CheckpointConfig,

@@ -187,20 +187,42 @@ pub async fn select(
     Ok(rows)
 }
 
-/// The ids of the selected threads: those named with `--thread` alone as given (nothing is
-/// read), otherwise as [`select`] finds them.
+/// The ids of the selected threads, without counting their checkpoints: those named with
+/// `--thread` alone as given (nothing is read); otherwise the store's threads
+/// ([`Saver::list_threads`], which reads no checkpoint on the workspace's backends) that
+/// match, and with `--since` only those whose latest checkpoint (one `list` call with limit
+/// 1 each) is recent enough.
 pub async fn select_ids(saver: &dyn Saver, selection: &Selection) -> Result<Vec<String>, CliError> {
-    if selection.named_only() && selection.since_millis.is_none() {
-        let mut ids = selection.ids.clone();
-        let mut seen = std::collections::HashSet::new();
-        ids.retain(|id| seen.insert(id.clone()));
-        return Ok(ids);
+    let mut seen = std::collections::HashSet::new();
+    let candidates: Vec<String> = if selection.named_only() {
+        selection
+            .ids
+            .iter()
+            .filter(|id| seen.insert((*id).clone()))
+            .cloned()
+            .collect()
+    } else {
+        saver
+            .list_threads()
+            .try_filter(|id| futures::future::ready(selection.matches_id(id)))
+            .try_collect()
+            .await?
+    };
+    if selection.since_millis.is_none() {
+        return Ok(candidates);
     }
-    Ok(select(saver, selection)
-        .await?
-        .into_iter()
-        .map(|t| t.thread_id)
-        .collect())
+    let mut out = Vec::new();
+    for id in candidates {
+        let mut summary = ThreadSummary::new(id.clone());
+        let mut latest = saver.list(ListOptions::thread(&id).limit(1));
+        if let Some(t) = latest.try_next().await? {
+            summary.add(&t);
+            if selection.recent_enough(&summary) {
+                out.push(id);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `--since`: an RFC 3339 time (`2026-11-24T08:00:00Z`), a date (`2026-11-24`, midnight UTC)

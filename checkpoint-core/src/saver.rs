@@ -86,6 +86,35 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     ///   filter nothing matches, yields an empty stream. Errors are yielded as stream items.
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>>;
 
+    /// The ids of the threads that hold at least one checkpoint, in any namespace.
+    ///
+    /// # Behavior
+    /// * Each such thread once, in ascending order as the backend compares ids (byte order
+    ///   on the backends of this workspace, except PostgreSQL, which uses the column's
+    ///   collation); a thread whose checkpoints were all deleted is not listed.
+    /// * The stream is lazy and pages through the store, so enumerating a store of any size
+    ///   holds a page of ids. Threads written while it is consumed may or may not appear;
+    ///   none appears twice. Errors are yielded as stream items.
+    /// * The default implementation reads the global listing (every checkpoint, once) and
+    ///   holds the distinct ids in memory; the backends of this workspace answer from an
+    ///   index of thread ids without reading a checkpoint.
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        use futures::{StreamExt, TryStreamExt};
+        let listing = self.list(ListOptions::new());
+        futures::stream::once(async move {
+            listing
+                .map_ok(|t| t.config.thread_id)
+                .try_collect::<std::collections::BTreeSet<String>>()
+                .await
+        })
+        .map(|ids| match ids {
+            Ok(ids) => futures::stream::iter(ids.into_iter().map(Ok)).boxed(),
+            Err(e) => futures::stream::iter([Err(e)]).boxed(),
+        })
+        .flatten()
+        .boxed()
+    }
+
     /// What a runtime needs to rebuild delta channels at a checkpoint (LangGraph's
     /// `get_delta_channel_history`; see [`delta`](crate::delta)).
     ///
@@ -307,6 +336,9 @@ macro_rules! forward_saver {
             }
             fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
                 (**self).list(options)
+            }
+            fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+                (**self).list_threads()
             }
             async fn delta_channel_history(
                 &self,

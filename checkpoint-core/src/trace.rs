@@ -208,6 +208,12 @@ impl<S: Saver> Saver for Tracing<S> {
         traced(span, self.inner.get_tuple(config)).await
     }
 
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        let span = self.span("list_threads", None, None);
+        let _entered = span.enter();
+        self.inner.list_threads()
+    }
+
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
         let span = self.span(
             "list",

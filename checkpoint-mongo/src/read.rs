@@ -260,6 +260,44 @@ struct ListState {
 
 /// `list`: pages of `list_page_size` checkpoints (fewer when a limit remains), each page
 /// loaded completely with [`load_tuples`], in the contract's order.
+/// Thread ids per `list_threads` page.
+const THREAD_PAGE: usize = 1000;
+
+/// `list_threads`: keyset pages of the distinct `t` of the checkpoint documents (the
+/// `thread_order` index), grouped on the server; no checkpoint is read.
+pub(crate) fn list_threads(inner: Arc<Inner>) -> BoxStream<'static, Result<String>> {
+    checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
+        let inner = Arc::clone(&inner);
+        async move {
+            let want = i64::try_from(want).unwrap_or(i64::MAX);
+            let mut cursor = inner
+                .checkpoints
+                .aggregate([
+                    doc! { "$match": { "t": { "$gt": after.unwrap_or_default() } } },
+                    doc! { "$group": { "_id": "$t" } },
+                    doc! { "$sort": { "_id": 1 } },
+                    doc! { "$limit": want },
+                ])
+                .await
+                .map_err(MongoError::from)?;
+            let mut ids = Vec::new();
+            while let Some(d) = cursor.try_next().await.map_err(MongoError::from)? {
+                match d.get("_id") {
+                    Some(Bson::String(t)) => ids.push(t.clone()),
+                    other => {
+                        return Err(MongoError::corrupt(
+                            "checkpoint document",
+                            format!("field t is {other:?}, not a string"),
+                        )
+                        .into());
+                    }
+                }
+            }
+            Ok(ids)
+        }
+    })
+}
+
 pub(crate) fn list(
     inner: Arc<Inner>,
     options: ListOptions,

@@ -176,6 +176,10 @@ impl Saver for MongoSaver {
         read::list(Arc::clone(&self.inner), options)
     }
 
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        read::list_threads(Arc::clone(&self.inner))
+    }
+
     async fn put(
         &self,
         config: &CheckpointConfig,

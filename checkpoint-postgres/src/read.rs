@@ -60,6 +60,25 @@ pub(crate) async fn get_tuple(
 
 /// `list`: pages of [`PAGE`] checkpoints, each one query (checkpoints, their values and
 /// writes), keyset-paginated on the index order of the listing.
+/// Thread ids per `list_threads` page.
+const THREAD_PAGE: usize = 1000;
+
+/// `list_threads`: keyset pages of the primary key's thread ids.
+pub(crate) fn list_threads(inner: &Inner) -> BoxStream<'static, Result<String>> {
+    let pool = inner.pool.clone();
+    checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar(sql::LIST_THREADS)
+                .bind(after.unwrap_or_default())
+                .bind(i64::try_from(want).unwrap_or(i64::MAX))
+                .fetch_all(&pool)
+                .await
+                .map_err(classify)
+        }
+    })
+}
+
 pub(crate) fn list(
     inner: &Inner,
     options: ListOptions,

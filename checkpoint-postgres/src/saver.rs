@@ -122,6 +122,10 @@ impl Saver for PostgresSaver {
         read::list(&self.inner, options)
     }
 
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        read::list_threads(&self.inner)
+    }
+
     async fn put(
         &self,
         config: &CheckpointConfig,

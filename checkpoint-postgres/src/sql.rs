@@ -563,3 +563,11 @@ WHERE w.thread_id = $1 AND NOT EXISTS (
       AND c.checkpoint_id = w.checkpoint_id)
 GROUP BY 1, 2
 ORDER BY 1, 2";
+
+/// A page of `list_threads`: up to $2 distinct thread ids after $1, ascending (the primary
+/// key's order).
+pub(crate) const LIST_THREADS: &str = "
+SELECT DISTINCT thread_id FROM checkpoints
+WHERE thread_id > $1
+ORDER BY thread_id
+LIMIT $2";

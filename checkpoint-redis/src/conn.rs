@@ -447,31 +447,28 @@ impl Link {
         Ok(())
     }
 
-    /// Deletes every key matching `pattern` (a glob-free prefix plus `*`) with `SCAN` and
-    /// `UNLINK`, on the server or on every Cluster primary.
-    pub(crate) async fn delete_matching(&self, pattern: &str) -> Result<u64, RedisSaverError> {
+    /// Every key matching `pattern`: a `SCAN` of the server, or of every primary of a
+    /// Cluster. A key may come more than once (`SCAN` guarantees each key present
+    /// throughout is returned, not that it is returned once).
+    pub(crate) async fn scan_keys(&self, pattern: &str) -> Result<Vec<Vec<u8>>, RedisSaverError> {
+        let scan = |cursor: u64| {
+            let mut c = cmd("SCAN");
+            c.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            c
+        };
+        let mut out = Vec::new();
         match self {
             Link::Single { .. } => {
-                let mut deleted = 0;
                 let mut cursor: u64 = 0;
                 loop {
-                    let mut c = cmd("SCAN");
-                    c.arg(cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(1000);
-                    let (next, keys) = scan_reply(self.command(&c).await?)?;
-                    if !keys.is_empty() {
-                        let mut del = cmd("DEL");
-                        for k in &keys {
-                            del.arg(&k[..]);
-                        }
-                        self.command(&del).await?;
-                        deleted += keys.len() as u64;
-                    }
+                    let (next, keys) = scan_reply(self.command(&scan(cursor)).await?)?;
+                    out.extend(keys);
                     if next == 0 {
-                        return Ok(deleted);
+                        return Ok(out);
                     }
                     cursor = next;
                 }
@@ -495,40 +492,58 @@ impl Link {
                         )));
                     }
                 };
-                let mut deleted = 0;
                 for (host, port) in primaries(&text) {
                     let mut cursor: u64 = 0;
                     loop {
-                        let mut c = cmd("SCAN");
-                        c.arg(cursor)
-                            .arg("MATCH")
-                            .arg(pattern)
-                            .arg("COUNT")
-                            .arg(1000);
-                        let route = || {
-                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                                host: host.clone(),
-                                port,
-                            })
-                        };
-                        let (next, keys) = scan_reply(conn.route_command(c, route()).await?)?;
-                        for k in &keys {
-                            // Keys of one node may live in many slots: delete one by one,
-                            // each routed by its own slot.
-                            let mut del = cmd("DEL");
-                            del.arg(&k[..]);
-                            let _: Value = del.query_async(&mut conn).await?;
-                            deleted += 1;
-                        }
+                        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port,
+                        });
+                        let (next, keys) =
+                            scan_reply(conn.route_command(scan(cursor), route).await?)?;
+                        out.extend(keys);
                         if next == 0 {
                             break;
                         }
                         cursor = next;
                     }
                 }
-                Ok(deleted)
+                Ok(out)
             }
         }
+    }
+
+    /// Deletes every key matching `pattern` (see [`scan_keys`](Self::scan_keys)); returns
+    /// how many were deleted.
+    pub(crate) async fn delete_matching(&self, pattern: &str) -> Result<u64, RedisSaverError> {
+        let keys = self.scan_keys(pattern).await?;
+        let mut deleted = 0;
+        match self {
+            Link::Single { .. } => {
+                for batch in keys.chunks(1000) {
+                    let mut del = cmd("DEL");
+                    for k in batch {
+                        del.arg(&k[..]);
+                    }
+                    if let Value::Int(n) = self.command(&del).await? {
+                        deleted += u64::try_from(n).unwrap_or_default();
+                    }
+                }
+            }
+            #[cfg(feature = "cluster")]
+            Link::Cluster(conn) => {
+                let mut conn = conn.clone();
+                for k in &keys {
+                    // Keys of one node may live in many slots: delete one by one, each
+                    // routed by its own slot.
+                    let mut del = cmd("DEL");
+                    del.arg(&k[..]);
+                    let n: u64 = del.query_async(&mut conn).await?;
+                    deleted += n;
+                }
+            }
+        }
+        Ok(deleted)
     }
 }
 

@@ -18,6 +18,32 @@ use checkpoint_core::ChannelVersion;
 use checkpoint_core::backend::{canonical_json, digest128};
 use serde_json::Value;
 
+/// Decodes a [`key_part`]; `None` for anything `key_part` cannot have produced.
+pub(crate) fn parse_key_part(part: &str) -> Option<String> {
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = part.get(i + 1..i + 3)?;
+                let b = u8::from_str_radix(hex, 16).ok()?;
+                if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+                    return None; // never escaped
+                }
+                out.push(b);
+                i += 3;
+            }
+            b if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') => {
+                out.push(b);
+                i += 1;
+            }
+            _ => return None,
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 /// Encodes an identifier for use inside a key name (see the module docs).
 pub(crate) fn key_part(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -313,6 +339,21 @@ impl Layout {
     /// The key of an idempotency-ledger entry, in its own slot.
     pub(crate) fn ledger_key(&self, key: &str) -> String {
         format!("{}:{{%l{}}}:claim", self.prefix, key_part(key))
+    }
+
+    /// The `SCAN MATCH` pattern of the `cp` key (checkpoint records) of every thread.
+    pub(crate) fn thread_records_pattern(&self) -> String {
+        format!("{}:{{*}}:{}", self.prefix, THREAD_KEY_SUFFIXES[CP])
+    }
+
+    /// The thread whose `cp` key is `key` (see [`thread_records_pattern`](Self::thread_records_pattern)).
+    pub(crate) fn thread_of_records_key(&self, key: &[u8]) -> Option<String> {
+        let key = std::str::from_utf8(key).ok()?;
+        let part = key
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(":{")?
+            .strip_suffix(&format!("}}:{}", THREAD_KEY_SUFFIXES[CP]))?;
+        parse_key_part(part)
     }
 
     /// The `SCAN MATCH` pattern of every key of this saver (the prefix is glob-free).

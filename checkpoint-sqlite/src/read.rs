@@ -120,6 +120,24 @@ struct ListState {
     cursor: Option<(String, String, String)>,
 }
 
+/// Thread ids per `list_threads` page.
+const THREAD_PAGE: usize = 1000;
+
+/// `list_threads`: keyset pages of the primary key's thread ids (expired threads skipped).
+pub(crate) fn list_threads(inner: Arc<Inner>) -> BoxStream<'static, Result<String>> {
+    checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
+        let inner = Arc::clone(&inner);
+        async move {
+            sqlx::query_scalar(sql::LIST_THREADS.as_str())
+                .bind(after.unwrap_or_default())
+                .bind(i64::try_from(want).unwrap_or(i64::MAX))
+                .fetch_all(&inner.reader)
+                .await
+                .map_err(classify)
+        }
+    })
+}
+
 pub(crate) fn list(
     inner: Arc<Inner>,
     options: ListOptions,

@@ -141,6 +141,10 @@ impl Saver for SqliteSaver {
         read::list(Arc::clone(&self.inner), options)
     }
 
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        read::list_threads(Arc::clone(&self.inner))
+    }
+
     async fn delta_channel_history(
         &self,
         config: &CheckpointConfig,

@@ -449,3 +449,14 @@ WHERE w.thread_id = ?1 AND NOT EXISTS (
       AND c.checkpoint_id = w.checkpoint_id)
 GROUP BY 1, 2
 ORDER BY 1, 2";
+
+statement!(
+    /// A page of `list_threads`: up to ?2 distinct live thread ids after ?1, ascending (the
+    /// primary key's order, BINARY collation).
+    LIST_THREADS = "
+SELECT DISTINCT c.thread_id FROM checkpoints c
+WHERE c.thread_id > ?1 AND NOT EXISTS (SELECT 1 FROM checkpoint_threads t
+    WHERE t.thread_id = c.thread_id AND t.expires_at_ms <= NOW_MS)
+ORDER BY c.thread_id
+LIMIT ?2"
+);

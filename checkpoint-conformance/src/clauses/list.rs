@@ -425,3 +425,29 @@ pub async fn list_matrix_matches_reference(f: &dyn SaverFactory) {
     }
     assert_eq!(combos, 4 * 3 * 3 * 3 * 3);
 }
+
+/// `list_threads`: every thread holding a checkpoint once (one holding only a subgraph's
+/// checkpoints, and a unicode id, included), ascending; a deleted thread and a thread with
+/// only pending writes are not listed.
+pub async fn list_threads_each_thread_once(f: &dyn SaverFactory) {
+    use futures::TryStreamExt;
+    let s = build(f).await;
+    put_chain(&*s, "t-b", "", 3, "r").await.unwrap();
+    put_chain(&*s, "t-a", "child:1", 2, "r").await.unwrap();
+    put_chain(&*s, "t-ü", "", 1, "r").await.unwrap();
+    put_chain(&*s, "t-gone", "", 2, "r").await.unwrap();
+    s.delete_thread("t-gone").await.unwrap();
+    put_two_writes(
+        &*s,
+        &crate::fixtures::cfg("t-writes-only", "")
+            .with_checkpoint_id(checkpoint_core::new_checkpoint_id()),
+        "task",
+    )
+    .await
+    .unwrap();
+    let got: Vec<String> = s.list_threads().try_collect().await.unwrap();
+    assert_eq!(got, ["t-a", "t-b", "t-ü"]);
+    let empty = build(f).await;
+    let none: Vec<String> = empty.list_threads().try_collect().await.unwrap();
+    assert!(none.is_empty(), "{none:?}");
+}

@@ -76,6 +76,9 @@ impl Saver for Broken {
         .flatten()
         .boxed()
     }
+    fn list_threads(&self) -> BoxStream<'static, checkpoint_core::Result<String>> {
+        self.inner.list_threads()
+    }
 
     async fn put(
         &self,

@@ -152,6 +152,21 @@ impl Saver for InMemorySaver {
         )
     }
 
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        let store = Arc::clone(&self.store);
+        let mut ids: Vec<String> = {
+            let store = store.read().unwrap_or_else(PoisonError::into_inner);
+            store
+                .threads
+                .iter()
+                .filter(|(_, t)| !t.by_id.is_empty())
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        ids.sort();
+        Box::pin(futures::stream::iter(ids.into_iter().map(Ok)))
+    }
+
     async fn put(
         &self,
         config: &CheckpointConfig,

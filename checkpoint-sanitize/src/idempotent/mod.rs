@@ -509,6 +509,10 @@ impl<S: Saver> Saver for Idempotent<S> {
         self.inner.list(options)
     }
 
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        self.inner.list_threads()
+    }
+
     async fn put(
         &self,
         config: &CheckpointConfig,

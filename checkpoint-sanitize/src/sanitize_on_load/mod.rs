@@ -498,6 +498,10 @@ impl<S: Saver> Saver for SanitizeOnLoad<S> {
             .boxed()
     }
 
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        self.inner.list_threads()
+    }
+
     async fn put(
         &self,
         config: &CheckpointConfig,

@@ -418,6 +418,10 @@ impl<S: Saver> Saver for SkipUnsafePut<S> {
         self.inner.list(options)
     }
 
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        self.inner.list_threads()
+    }
+
     async fn put(
         &self,
         config: &CheckpointConfig,
