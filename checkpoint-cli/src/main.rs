@@ -261,15 +261,20 @@ async fn run_migrate(cli: &Cli) -> Result<(String, bool), CliError> {
     if source == target {
         return Err(CliError::Url("--from and --to name the same store".into()));
     }
-    let source = source.open().await?;
+    let jobs = jobs.unwrap_or_else(cores).max(1);
+    // Each job reads one call at a time and writes a put with its pending-write calls at
+    // once (three for a LangGraph step); servers limit their connections (PostgreSQL: 100
+    // by default), so pools stay at or below MAX_POOL.
+    let pool = |per_job: usize| Some(pool_size(jobs * per_job + 2));
+    let source = source.open_scannable(pool(1)).await?.0;
     let target = if *dry_run {
         None
     } else {
-        Some(target.open_for_writing().await?)
+        Some(target.open_for_writing(pool(3)).await?)
     };
     let options = MigrateOptions {
         selection,
-        jobs: jobs.unwrap_or_else(cores),
+        jobs,
         verify: *verify,
         dry_run: *dry_run,
     };
@@ -288,6 +293,13 @@ async fn run_migrate(cli: &Cli) -> Result<(String, bool), CliError> {
     Ok((out, diffs.is_empty()))
 }
 
+/// The largest connection pool a command opens to one store.
+const MAX_POOL: usize = 32;
+
+fn pool_size(wanted: usize) -> u32 {
+    u32::try_from(wanted.clamp(1, MAX_POOL)).unwrap_or(1)
+}
+
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
@@ -304,11 +316,13 @@ async fn run_verify(cli: &Cli) -> Result<(String, bool), CliError> {
         unreachable!("called for verify only");
     };
     let selection = select.selection(thread_ids)?;
-    let (saver, scan) = Store::parse(url)?.open_scannable().await?;
+    let jobs = jobs.unwrap_or_else(cores).max(1);
+    let pool = Some(pool_size(jobs + 2));
+    let (saver, scan) = Store::parse(url)?.open_scannable(pool).await?;
     let threads = select::select_ids(&*saver, &selection).await?;
     let options = VerifyOptions {
         channel: channel.clone(),
-        jobs: jobs.unwrap_or_else(cores),
+        jobs,
         ..VerifyOptions::default()
     };
     let progress = Arc::new(Progress::default());

@@ -1,8 +1,10 @@
 //! `migrate`: copy threads from one store to another, exactly, streaming, resumable.
 //!
 //! A thread is copied namespace by namespace, oldest checkpoint first, so a parent is always
-//! in the target before its children. Only the thread's addresses (namespace and id) are
-//! held in memory; each checkpoint is read, written and dropped in turn. Every write is one
+//! in the target before its children. A thread of up to 64 checkpoints is read with one
+//! `list` call; of a longer one only the addresses (namespace and id) are held, and each
+//! checkpoint is read, written and dropped in turn. A checkpoint's put and its pending
+//! writes go out together (writes are keyed by address). Every write is one
 //! the contract makes idempotent (a put of an existing id replaces it with the same content,
 //! a value version is stored once, a pending write exists once per task and index), so a
 //! migration killed at any point and run again ends in the same state as one that never
@@ -75,6 +77,8 @@ async fn addresses(source: &dyn Saver, thread: &str) -> Result<Vec<(String, Stri
 /// Writes one checkpoint read from the source into the target, with its pending writes.
 /// `parent_versions`: the channel versions of its parent when the parent was the previous
 /// checkpoint written, so only the channels that changed are sent (the others are stored).
+/// The put and the `put_writes` calls go out at once: writes are keyed by the checkpoint's
+/// address, so they belong to it whichever is stored first.
 async fn write_tuple(
     target: &dyn Saver,
     tuple: CheckpointTuple,
@@ -102,21 +106,24 @@ async fn write_tuple(
         checkpoint_id: parent_config.and_then(|p| p.checkpoint_id),
         ..CheckpointConfig::default()
     };
-    let stored = target
-        .put(
-            &put_at,
-            checkpoint,
-            metadata,
-            new_versions,
-            PutOptions::new(),
-        )
-        .await?;
+    let stored = CheckpointConfig::new(config.thread_id.clone())
+        .with_ns(config.checkpoint_ns.clone())
+        .with_checkpoint_id(checkpoint.id.clone());
     let writes = pending_writes.len() as u64;
-    for (options, batch) in write_batches(pending_writes) {
-        target
-            .put_writes(&stored, batch.1, &batch.0, options)
-            .await?;
-    }
+    let put = target.put(
+        &put_at,
+        checkpoint,
+        metadata,
+        new_versions,
+        PutOptions::new(),
+    );
+    let batches = write_batches(pending_writes);
+    let put_writes =
+        futures::future::try_join_all(batches.into_iter().map(|(options, (task_id, batch))| {
+            let stored = &stored;
+            async move { target.put_writes(stored, batch, &task_id, options).await }
+        }));
+    futures::future::try_join(put, put_writes).await?;
     Ok((versions, writes))
 }
 
@@ -147,13 +154,37 @@ fn write_batches(
         .collect()
 }
 
-/// Copies one thread; returns its number of checkpoints.
+/// Checkpoints a thread may have to be copied from one read of its listing.
+const ONE_READ: usize = 64;
+
+/// Copies one thread; returns its number of checkpoints. A thread of at most [`ONE_READ`]
+/// checkpoints (all namespaces) is read with one `list` call and written oldest first; a
+/// longer one is copied address by address (its addresses are listed, then each checkpoint
+/// is read with `get_tuple`), so memory stays bounded by [`ONE_READ`] checkpoints per job
+/// whatever the thread's length.
 async fn copy_thread(
     source: &dyn Saver,
     target: &dyn Saver,
     thread: &str,
     progress: &Progress,
 ) -> Result<u64, CliError> {
+    let mut first: Vec<CheckpointTuple> = source
+        .list(ListOptions::thread(thread).limit(ONE_READ + 1))
+        .try_collect()
+        .await?;
+    if first.len() <= ONE_READ {
+        first.sort_by(|a, b| {
+            (&a.config.checkpoint_ns, &a.checkpoint.id)
+                .cmp(&(&b.config.checkpoint_ns, &b.checkpoint.id))
+        });
+        let n = first.len() as u64;
+        let mut last: Option<(String, String, ChannelVersions)> = None;
+        for tuple in first {
+            write_in_order(target, tuple, &mut last, progress).await?;
+        }
+        return Ok(n);
+    }
+    drop(first);
     let mut last: Option<(String, String, ChannelVersions)> = None;
     let ids = addresses(source, thread).await?;
     for (ns, id) in &ids {
@@ -164,22 +195,38 @@ async fn copy_thread(
         let Some(tuple) = source.get_tuple(&at).await? else {
             continue;
         };
-        let parent = tuple
-            .parent_config
-            .as_ref()
-            .and_then(|p| p.checkpoint_id.clone());
-        let parent_versions = match (&last, &parent) {
-            (Some((last_ns, last_id, versions)), Some(p)) if last_ns == ns && last_id == p => {
-                Some(versions)
-            }
-            _ => None,
-        };
-        let (versions, writes) = write_tuple(target, tuple, parent_versions).await?;
-        last = Some((ns.clone(), id.clone(), versions));
-        progress.checkpoints.fetch_add(1, Ordering::Relaxed);
-        progress.writes.fetch_add(writes, Ordering::Relaxed);
+        write_in_order(target, tuple, &mut last, progress).await?;
     }
     Ok(ids.len() as u64)
+}
+
+/// Writes `tuple`, sending only the channels that changed when its parent was the
+/// checkpoint written just before (`last`, updated).
+async fn write_in_order(
+    target: &dyn Saver,
+    tuple: CheckpointTuple,
+    last: &mut Option<(String, String, ChannelVersions)>,
+    progress: &Progress,
+) -> Result<(), CliError> {
+    let (ns, id) = (
+        tuple.config.checkpoint_ns.clone(),
+        tuple.checkpoint.id.clone(),
+    );
+    let parent = tuple
+        .parent_config
+        .as_ref()
+        .and_then(|p| p.checkpoint_id.clone());
+    let parent_versions = match (&*last, &parent) {
+        (Some((last_ns, last_id, versions)), Some(p)) if *last_ns == ns && last_id == p => {
+            Some(versions)
+        }
+        _ => None,
+    };
+    let (versions, writes) = write_tuple(target, tuple, parent_versions).await?;
+    *last = Some((ns, id, versions));
+    progress.checkpoints.fetch_add(1, Ordering::Relaxed);
+    progress.writes.fetch_add(writes, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Compares a thread on both sides, checkpoint by checkpoint (newest first, all namespaces):

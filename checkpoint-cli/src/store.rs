@@ -101,13 +101,16 @@ impl Store {
     /// Connects to the store as it is: nothing is created or migrated, and a SQLite file
     /// that does not exist is an error rather than a new empty database.
     pub async fn open(&self) -> Result<Arc<dyn Saver>, CliError> {
-        Ok(self.open_scannable().await?.0)
+        Ok(self.open_scannable(None).await?.0)
     }
 
     /// [`open`](Self::open), with the store's [`IntegrityScan`] (every backend a URL names
-    /// has one).
+    /// has one). `connections`: the size of the saver's connection pool (PostgreSQL, Redis)
+    /// instead of its default, for callers that keep that many calls in flight; MongoDB
+    /// takes it from the URL (`maxPoolSize`).
     pub async fn open_scannable(
         &self,
+        connections: Option<u32>,
     ) -> Result<(Arc<dyn Saver>, Arc<dyn IntegrityScan>), CliError> {
         fn both<S: Saver + IntegrityScan + 'static>(
             s: S,
@@ -125,10 +128,10 @@ impl Store {
                 }
                 both(SqliteSaver::open(path).await?)
             }
-            Store::Postgres(url) => both(PostgresSaver::connect(url).await?),
-            Store::Redis(url) => both(RedisSaver::connect(url.clone()).await?),
+            Store::Postgres(url) => both(postgres(url, connections).await?),
+            Store::Redis(url) => both(redis(RedisSaver::builder(url.clone()), connections).await?),
             Store::RedisCluster(nodes) => {
-                both(RedisSaver::cluster_builder(nodes.clone()).build().await?)
+                both(redis(RedisSaver::cluster_builder(nodes.clone()), connections).await?)
             }
             Store::Mongo { uri, database } => {
                 both(MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?)
@@ -140,11 +143,15 @@ impl Store {
 impl Store {
     /// Connects to the store to write to it, creating what a saver needs: the SQLite file
     /// and its schema, PostgreSQL's tables, MongoDB's indexes (each idempotent).
-    pub async fn open_for_writing(&self) -> Result<Arc<dyn Saver>, CliError> {
+    /// `connections` as for [`open_scannable`](Self::open_scannable).
+    pub async fn open_for_writing(
+        &self,
+        connections: Option<u32>,
+    ) -> Result<Arc<dyn Saver>, CliError> {
         let saver: Arc<dyn Saver> = match self {
             Store::Sqlite(path) => Arc::new(SqliteSaver::open(path).await?),
             Store::Postgres(url) => {
-                let saver = PostgresSaver::connect(url).await?;
+                let saver = postgres(url, connections).await?;
                 saver.setup().await?;
                 Arc::new(saver)
             }
@@ -153,10 +160,35 @@ impl Store {
                 saver.setup().await?;
                 Arc::new(saver)
             }
-            Store::Redis(_) | Store::RedisCluster(_) => return self.open().await,
+            Store::Redis(_) | Store::RedisCluster(_) => {
+                return Ok(self.open_scannable(connections).await?.0);
+            }
         };
         Ok(saver)
     }
+}
+
+async fn postgres(url: &str, connections: Option<u32>) -> Result<PostgresSaver, CliError> {
+    let mut builder = PostgresSaver::builder(url)?;
+    if let Some(n) = connections {
+        builder = builder.max_connections(n);
+    }
+    Ok(builder.connect().await?)
+}
+
+async fn redis(
+    builder: checkpoint_redis::RedisSaverBuilder,
+    connections: Option<u32>,
+) -> Result<RedisSaver, CliError> {
+    // The commands write or read each thread once: the saver's memo of recent list values
+    // (64 MiB by default, for agents writing the same threads again and again) would only
+    // hold memory. 4 MiB covers the threads a migration has in flight.
+    let builder = builder.chunk_memo_bytes(4 << 20);
+    let builder = match connections {
+        Some(n) => builder.pool_size(n),
+        None => builder,
+    };
+    Ok(builder.build().await?)
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! - **parent chains**: the parent a checkpoint names is stored in its namespace, unless it
 //!   is older than every stored checkpoint of the namespace (history pruned away, counted
 //!   as `pruned_histories`; checkpoint ids grow with time);
-//! - **values**: every channel value and pending write tagged `msgpack` or `json` decodes
+//! - **values**: every stored channel value (once, however many checkpoints name it) and
+//!   pending write tagged `msgpack` or `json` decodes
 //!   within [`DecodeLimits::default`] (values of foreign tags such as `pickle` are counted,
 //!   not decoded);
 //! - **tool calls**: the message list of each namespace's latest checkpoint (the state the
@@ -190,6 +191,7 @@ async fn scan_thread(
     let mut parents: Vec<((String, String), String)> = Vec::new();
     // The latest checkpoint of each namespace so far.
     let mut heads: HashMap<String, CheckpointTuple> = HashMap::new();
+    let mut checked = HashSet::new();
     let mut stream = saver.list(ListOptions::thread(thread));
     loop {
         let tuple = match stream.try_next().await {
@@ -219,7 +221,7 @@ async fn scan_thread(
         {
             parents.push((at.clone(), parent));
         }
-        check_values(&tuple, &at, &mut scan);
+        check_values(&tuple, &at, &mut checked, &mut scan);
         stored.insert(at);
         match heads.get(&tuple.config.checkpoint_ns) {
             Some(head) if head.checkpoint.id >= tuple.checkpoint.id => {}
@@ -300,38 +302,52 @@ async fn scan_records(
     Ok(())
 }
 
-fn check_values(tuple: &CheckpointTuple, at: &(String, String), scan: &mut ThreadScan) {
-    let values = tuple
-        .checkpoint
-        .channel_values
-        .iter()
-        .map(|(c, v)| (format!("channel {c:?}"), v))
-        .chain(tuple.pending_writes.iter().map(|w| {
-            (
+/// Checks the values of `tuple`: each stored channel value once per thread (`checked`
+/// holds the `(namespace, channel, version)` already decoded: checkpoints share the values
+/// of unchanged channels), and every pending write.
+fn check_values(
+    tuple: &CheckpointTuple,
+    at: &(String, String),
+    checked: &mut HashSet<(String, String, String)>,
+    scan: &mut ThreadScan,
+) {
+    let mut check = |what: &dyn Fn() -> String, value: &TypedValue| {
+        scan.values += 1;
+        match decodes(value) {
+            Ok(()) => {}
+            Err(None) => scan.foreign += 1,
+            Err(Some(reason)) => scan.issues.push(Issue {
+                kind: IssueKind::UndecodableValue,
+                thread_id: tuple.config.thread_id.clone(),
+                at: Some(at.clone()),
+                detail: format!(
+                    "{} ({}, {} bytes): {reason}",
+                    what(),
+                    value.type_tag.as_str(),
+                    value.len()
+                ),
+            }),
+        }
+    };
+    for (channel, value) in &tuple.checkpoint.channel_values {
+        if let Some(version) = tuple.checkpoint.channel_versions.get(channel) {
+            let key = (at.0.clone(), channel.clone(), version.to_string());
+            if !checked.insert(key) {
+                continue;
+            }
+        }
+        check(&|| format!("channel {channel:?}"), value);
+    }
+    for w in &tuple.pending_writes {
+        check(
+            &|| {
                 format!(
                     "pending write {} [{}] of task {}",
                     w.channel, w.idx, w.task_id
-                ),
-                &w.value,
-            )
-        }));
-    for (what, value) in values {
-        scan.values += 1;
-        if let Err(reason) = decodes(value) {
-            match reason {
-                None => scan.foreign += 1,
-                Some(reason) => scan.issues.push(Issue {
-                    kind: IssueKind::UndecodableValue,
-                    thread_id: tuple.config.thread_id.clone(),
-                    at: Some(at.clone()),
-                    detail: format!(
-                        "{what} ({}, {} bytes): {reason}",
-                        value.type_tag.as_str(),
-                        value.len()
-                    ),
-                }),
-            }
-        }
+                )
+            },
+            &w.value,
+        );
     }
 }
 

@@ -164,19 +164,25 @@ struct ChunkRange {
     elements: usize,
 }
 
-/// Most values a [`ChunkMemo`] keeps, and most bytes they may hold in all; past either,
-/// it starts over empty (a miss only costs hashing again).
+/// Most values a [`ChunkMemo`] keeps, and (by default) most bytes they may hold in all;
+/// past either, it starts over empty (a miss only costs hashing again).
 const MEMO_MAX_ENTRIES: usize = 4096;
-const MEMO_MAX_BYTES: usize = 64 << 20;
+pub(crate) const MEMO_MAX_BYTES: usize = 64 << 20;
 
 /// Per saver: the last value split for each (thread, namespace, channel), so the next
 /// version of a growing list hashes only its new chunks (hashing every element costs ~0.7
 /// us per 500-byte message, ~14 us for a 20-message list in the standard workload). A
 /// remembered id is used only for a chunk whose bytes equal the remembered chunk's, so an
 /// id is always the hash of its chunk and the stored layout is the same as without it.
-#[derive(Default)]
 pub(crate) struct ChunkMemo {
     state: Mutex<MemoState>,
+    max_bytes: usize,
+}
+
+impl Default for ChunkMemo {
+    fn default() -> Self {
+        Self::new(MEMO_MAX_BYTES)
+    }
 }
 
 #[derive(Default)]
@@ -186,6 +192,14 @@ struct MemoState {
 }
 
 impl ChunkMemo {
+    /// A memo holding at most `max_bytes` of values (`0`: none).
+    pub(crate) fn new(max_bytes: usize) -> Self {
+        Self {
+            state: Mutex::default(),
+            max_bytes,
+        }
+    }
+
     /// [`split`] of `value`, the value of one channel of one thread identified by `key`.
     pub(crate) fn split(&self, key: &[u8], value: &TypedValue) -> Option<Split> {
         let previous = self.lock().entries.get(key).cloned();
@@ -195,8 +209,8 @@ impl ChunkMemo {
         if let Some(old) = state.entries.remove(key) {
             state.bytes -= old.value.len();
         }
-        if size <= MEMO_MAX_BYTES / 8 {
-            if state.entries.len() >= MEMO_MAX_ENTRIES || state.bytes + size > MEMO_MAX_BYTES {
+        if size <= self.max_bytes / 8 {
+            if state.entries.len() >= MEMO_MAX_ENTRIES || state.bytes + size > self.max_bytes {
                 state.entries.clear();
                 state.bytes = 0;
             }

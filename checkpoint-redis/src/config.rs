@@ -8,6 +8,7 @@ use std::time::Duration;
 use checkpoint_core::{Error, Result};
 use redis::AsyncConnectionConfig;
 
+use crate::chunk::{ChunkMemo, MEMO_MAX_BYTES};
 use crate::conn::{Link, Manager};
 use crate::core::Inner;
 use crate::error::RedisSaverError;
@@ -57,6 +58,7 @@ pub struct RedisSaverBuilder {
     target: Target,
     prefix: String,
     pool_size: u32,
+    chunk_memo_bytes: usize,
     pool_timeout: Duration,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -70,6 +72,7 @@ impl fmt::Debug for RedisSaverBuilder {
             .field("target", &redacted_target(&self.target))
             .field("prefix", &self.prefix)
             .field("pool_size", &self.pool_size)
+            .field("chunk_memo_bytes", &self.chunk_memo_bytes)
             .field("pool_timeout", &self.pool_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
@@ -101,6 +104,7 @@ impl RedisSaverBuilder {
             target,
             prefix: DEFAULT_KEY_PREFIX.to_owned(),
             pool_size: 16,
+            chunk_memo_bytes: MEMO_MAX_BYTES,
             pool_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(10),
@@ -153,6 +157,15 @@ impl RedisSaverBuilder {
     /// `false`: only writes do).
     pub fn refresh_on_read(mut self, yes: bool) -> Self {
         self.refresh_on_read = yes;
+        self
+    }
+
+    /// Bytes of recently written list values the saver keeps (shared with the caller's
+    /// values, not copied) so that the next version of a growing list only hashes its new
+    /// chunks (default 64 MiB; `0` keeps none). A tool writing many threads once each, like
+    /// a migration, needs only a few.
+    pub fn chunk_memo_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_memo_bytes = bytes;
         self
     }
 
@@ -222,7 +235,7 @@ impl RedisSaverBuilder {
             default_ttl_ms: self.default_ttl.map_or(0, duration_ms),
             refresh_on_read: self.refresh_on_read,
             target: redacted,
-            chunk_memo: Default::default(),
+            chunk_memo: ChunkMemo::new(self.chunk_memo_bytes),
         })
     }
 }
