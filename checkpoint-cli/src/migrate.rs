@@ -127,31 +127,70 @@ async fn write_tuple(
     Ok((versions, writes))
 }
 
-/// Pending writes as the `put_writes` calls that recreate them with their indexes: per task
-/// and path, the special-channel writes in one call (their indexes are fixed) and the others
-/// in one call in index order (a write's index is its position in the call).
+/// Largest index of a regular write [`write_batches`] recreates with fillers.
+const MAX_FILLED_INDEX: i64 = 4096;
+
+/// Pending writes as the `put_writes` calls that recreate them with their indexes, per task
+/// and path: the special-channel writes in one call (their indexes are fixed), and the others
+/// in one call in index order (a write's index is its position in the call). When the
+/// regular indexes have gaps (LangGraph gives a task's writes their position in its own
+/// call, special channels included: `[__resume__, messages, counter]` stores `messages` at
+/// 1), the gaps are filled with one of the task's special writes: a special write takes its
+/// fixed index, not its position, and in a call with regular writes an existing write is
+/// kept, so a filler stores nothing the special-channel call does not store as well.
 #[allow(clippy::type_complexity)]
 fn write_batches(
     writes: Vec<PendingWrite>,
 ) -> Vec<(PutWritesOptions, (String, Vec<(String, TypedValue)>))> {
-    let mut groups: BTreeMap<(String, String, bool), Vec<PendingWrite>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String), (Vec<PendingWrite>, Vec<PendingWrite>)> =
+        BTreeMap::new();
     for w in writes {
-        groups
-            .entry((w.task_path.clone(), w.task_id.clone(), w.idx < 0))
-            .or_default()
-            .push(w);
+        let group = groups
+            .entry((w.task_path.clone(), w.task_id.clone()))
+            .or_default();
+        if w.idx < 0 {
+            group.0.push(w);
+        } else {
+            group.1.push(w);
+        }
     }
-    groups
-        .into_iter()
-        .map(|((task_path, task_id, _), mut ws)| {
-            ws.sort_by_key(|w| w.idx);
-            let batch = ws.into_iter().map(|w| (w.channel, w.value)).collect();
-            (
-                PutWritesOptions::new().task_path(task_path),
-                (task_id, batch),
-            )
-        })
-        .collect()
+    let mut calls = Vec::new();
+    for ((task_path, task_id), (mut special, mut regular)) in groups {
+        special.sort_by_key(|w| w.idx);
+        regular.sort_by_key(|w| w.idx);
+        let options = || PutWritesOptions::new().task_path(task_path.clone());
+        let gaps = regular
+            .iter()
+            .enumerate()
+            .any(|(i, w)| usize::try_from(w.idx).ok() != Some(i));
+        let filler = special
+            .first()
+            .map(|w| (w.channel.clone(), w.value.clone()));
+        if !regular.is_empty() {
+            let batch: Vec<(String, TypedValue)> = match filler {
+                Some(filler)
+                    if gaps && regular.last().is_some_and(|w| w.idx <= MAX_FILLED_INDEX) =>
+                {
+                    let mut batch = Vec::new();
+                    for w in regular {
+                        while i64::try_from(batch.len()).unwrap_or(i64::MAX) < w.idx {
+                            batch.push(filler.clone());
+                        }
+                        batch.push((w.channel, w.value));
+                    }
+                    batch
+                }
+                // Without a special write to fill with, the writes keep their order.
+                _ => regular.into_iter().map(|w| (w.channel, w.value)).collect(),
+            };
+            calls.push((options(), (task_id.clone(), batch)));
+        }
+        if !special.is_empty() {
+            let batch = special.into_iter().map(|w| (w.channel, w.value)).collect();
+            calls.push((options(), (task_id, batch)));
+        }
+    }
+    calls
 }
 
 /// Checkpoints a thread may have to be copied from one read of its listing.
@@ -376,4 +415,50 @@ pub fn report_text(doc: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(task: &str, idx: i64, channel: &str) -> PendingWrite {
+        PendingWrite {
+            task_id: task.into(),
+            channel: channel.into(),
+            value: TypedValue::msgpack(&channel).unwrap(),
+            idx,
+            task_path: "~p".into(),
+        }
+    }
+
+    fn channels(batch: &[(String, TypedValue)]) -> Vec<&str> {
+        batch.iter().map(|(c, _)| c.as_str()).collect()
+    }
+
+    #[test]
+    fn gaps_in_indexes_are_filled_with_a_special_write_of_the_task() {
+        use checkpoint_core::writes::RESUME;
+        let calls = write_batches(vec![
+            write("t", 2, "counter"),
+            write("t", -4, RESUME),
+            write("t", 1, "messages"),
+            write("u", 0, "a"),
+            write("u", 1, "b"),
+            write("v", 3, "late"),
+        ]);
+        let by_task: Vec<(&str, Vec<&str>)> = calls
+            .iter()
+            .map(|(_, (task, batch))| (task.as_str(), channels(batch)))
+            .collect();
+        assert_eq!(
+            by_task,
+            [
+                ("t", vec![RESUME, "messages", "counter"]),
+                ("t", vec![RESUME]),
+                ("u", vec!["a", "b"]),
+                // No special write to fill with: the order is kept, the index is not.
+                ("v", vec!["late"]),
+            ]
+        );
+    }
 }

@@ -8,18 +8,22 @@ use checkpoint_mongo::{MongoConfig, MongoSaver};
 use checkpoint_postgres::PostgresSaver;
 use checkpoint_redis::RedisSaver;
 use checkpoint_sqlite::SqliteSaver;
+use checkpoint_sqlite::langgraph::LangGraphSqliteSource;
 
 use crate::CliError;
 
 /// The URL schemes [`Store::parse`] accepts, as shown in help and errors.
 pub const SCHEMES: &str = "sqlite://PATH, postgres://..., redis://... (rediss://), \
-                           redis+cluster://HOST:PORT[,HOST:PORT...], mongodb://.../DB";
+                           redis+cluster://HOST:PORT[,HOST:PORT...], mongodb://.../DB, \
+                           langgraph-sqlite://PATH (read-only)";
 
 /// Which backend a URL names, and how to reach it.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Store {
     /// A SQLite file.
     Sqlite(PathBuf),
+    /// A SQLite file written by Python's `langgraph-checkpoint-sqlite` (read-only).
+    LangGraphSqlite(PathBuf),
     /// A PostgreSQL server (LangGraph's tables).
     Postgres(String),
     /// A single Redis server.
@@ -40,6 +44,7 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Store::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
+            Store::LangGraphSqlite(p) => f.debug_tuple("LangGraphSqlite").field(p).finish(),
             Store::Postgres(_) => f.write_str("Postgres(..)"),
             Store::Redis(_) => f.write_str("Redis(..)"),
             Store::RedisCluster(n) => write!(f, "RedisCluster({} nodes)", n.len()),
@@ -57,12 +62,16 @@ impl Store {
             .split_once("://")
             .ok_or_else(|| bad("the store is not a URL"))?;
         match scheme {
-            "sqlite" => {
+            "sqlite" | "langgraph-sqlite" => {
                 let path = rest.split(['?', '#']).next().unwrap_or_default();
                 if path.is_empty() {
-                    return Err(bad("sqlite:// needs a file path"));
+                    return Err(bad(&format!("{scheme}:// needs a file path")));
                 }
-                Ok(Store::Sqlite(PathBuf::from(path)))
+                Ok(if scheme == "sqlite" {
+                    Store::Sqlite(PathBuf::from(path))
+                } else {
+                    Store::LangGraphSqlite(PathBuf::from(path))
+                })
             }
             "postgres" | "postgresql" => Ok(Store::Postgres(url.to_owned())),
             "redis" | "rediss" => Ok(Store::Redis(url.to_owned())),
@@ -128,6 +137,15 @@ impl Store {
                 }
                 both(SqliteSaver::open(path).await?)
             }
+            Store::LangGraphSqlite(path) => {
+                if !path.is_file() {
+                    return Err(CliError::NotFound(format!(
+                        "no SQLite file at {}",
+                        path.display()
+                    )));
+                }
+                both(LangGraphSqliteSource::open(path).await?)
+            }
             Store::Postgres(url) => both(postgres(url, connections).await?),
             Store::Redis(url) => both(redis(RedisSaver::builder(url.clone()), connections).await?),
             Store::RedisCluster(nodes) => {
@@ -162,6 +180,13 @@ impl Store {
             }
             Store::Redis(_) | Store::RedisCluster(_) => {
                 return Ok(self.open_scannable(connections).await?.0);
+            }
+            Store::LangGraphSqlite(_) => {
+                return Err(CliError::Url(
+                    "langgraph-sqlite:// is a read-only source: migrate from it into \
+                     sqlite://, postgres://, redis:// or mongodb://"
+                        .into(),
+                ));
             }
         };
         Ok(saver)
@@ -217,9 +242,14 @@ mod tests {
             Store::Mongo { database, .. } => assert_eq!(database, "agents"),
             other => panic!("{other:?}"),
         }
+        assert_eq!(
+            Store::parse("langgraph-sqlite://lg.sqlite").unwrap(),
+            Store::LangGraphSqlite(PathBuf::from("lg.sqlite"))
+        );
         for bad in [
             "agent.db",
             "sqlite://",
+            "langgraph-sqlite://",
             "mysql://h/db",
             "mongodb://h:27017",
             "redis+cluster://",

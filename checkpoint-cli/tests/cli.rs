@@ -1078,3 +1078,116 @@ mod maintain {
         let _ = std::fs::remove_file(&to);
     }
 }
+
+// -- LangGraph's own files -----------------------------------------------------------------
+
+/// A file Python's `langgraph-checkpoint-sqlite` writes (real graphs: tool calls, an
+/// interrupt left pending, subgraphs, `Send`), read through `langgraph-sqlite://`: listed,
+/// verified, and migrated into SQLite and every server store exactly.
+#[tokio::test]
+async fn langgraph_sqlite_files_migrate_into_every_store() {
+    let py = match std::env::var("CHECKPOINT_TEST_LANGGRAPH_PYTHON") {
+        Ok(py) => py,
+        Err(_) if checkpoint_conformance::servers_required() => {
+            panic!("CHECKPOINT_TEST_LANGGRAPH_PYTHON is required under CI")
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: CHECKPOINT_TEST_LANGGRAPH_PYTHON is not set");
+            return;
+        }
+    };
+    let lg = temp_file("langgraph-written");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../checkpoint-sqlite/interop/langgraph_sqlite.py"
+    );
+    let out = Command::new(&py)
+        .env("PYTHONHASHSEED", "0")
+        .arg(script)
+        .arg("write")
+        .arg(&lg)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expected = expected.as_array().unwrap().len() as u64;
+    let source = format!("langgraph-sqlite://{}", lg.display());
+
+    let threads = json_of(&["threads", &source, "--json"]);
+    assert!(threads["threads"].as_u64().unwrap() >= 2, "{threads}");
+    let verified: Value =
+        serde_json::from_slice(&checkpoint(&["verify", &source, "--json"]).stdout).unwrap();
+    assert_eq!(
+        verified["checkpoints"].as_u64(),
+        Some(expected),
+        "{verified:#}"
+    );
+    // Writing to LangGraph's file is refused: it is a source.
+    let elsewhere = format!(
+        "langgraph-sqlite://{}",
+        temp_file("langgraph-other").display()
+    );
+    let refused = checkpoint(&["migrate", "--from", &source, "--to", &elsewhere]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("read-only source"));
+
+    let ours = temp_file("langgraph-imported");
+    let mut targets = vec![format!("sqlite://{}", ours.display())];
+    for (backend, url) in [
+        ("postgres", checkpoint_conformance::server_url("postgres")),
+        ("redis", checkpoint_conformance::server_url("redis")),
+        (
+            "mongo",
+            checkpoint_conformance::server_url("mongo")
+                .map(|u| format!("{}/checkpoint_cli_langgraph", u.trim_end_matches('/'))),
+        ),
+    ] {
+        match url {
+            Some(url) => targets.push(url),
+            None if checkpoint_conformance::servers_required() => {
+                panic!("CHECKPOINT_TEST_{}_URL is required", backend.to_uppercase())
+            }
+            None => {}
+        }
+    }
+    let thread_ids: Vec<String> = threads["shown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["thread_id"].as_str().unwrap().to_owned())
+        .collect();
+    for target in &targets {
+        // Clear what an earlier run left (LangGraph's thread ids are fixed).
+        if !target.starts_with("sqlite://") {
+            let store = checkpoint_cli::store::Store::parse(target)
+                .unwrap()
+                .open_for_writing(None)
+                .await
+                .unwrap();
+            for t in &thread_ids {
+                store.delete_thread(t).await.unwrap();
+            }
+        }
+        let report = json_of(&[
+            "migrate", "--from", &source, "--to", target, "--verify", "--json",
+        ]);
+        assert_eq!(report["checkpoints"].as_u64(), Some(expected), "{target}");
+        assert_eq!(report["differences"], json!([]), "{target}");
+        // What verify finds (LangGraph's graphs leave an interrupted tool call) is the same
+        // on both sides, records included.
+        let mut args = vec!["verify", target.as_str(), "--json"];
+        args.extend(thread_ids.iter().map(String::as_str));
+        let again: Value = serde_json::from_slice(&checkpoint(&args).stdout).unwrap();
+        assert_eq!(again["checkpoints"].as_u64(), Some(expected), "{target}");
+        assert_eq!(
+            again["issue_counts"], verified["issue_counts"],
+            "{target}: {again:#}"
+        );
+    }
+    let _ = std::fs::remove_file(&lg);
+    let _ = std::fs::remove_file(&ours);
+}

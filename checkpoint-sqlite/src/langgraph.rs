@@ -16,10 +16,13 @@ use std::path::Path;
 use checkpoint_core::backend::legacy::{apply_parent_sends, migrate_pending_sends, sends_parent};
 use checkpoint_core::backend::{Page, paged};
 use checkpoint_core::msgpack::{array_elements, decode_msgpack, value_end};
+use std::time::Duration;
+
 use checkpoint_core::{
-    BoxStream, Bytes, ChannelVersion, ChannelVersions, Checkpoint, CheckpointConfig,
-    CheckpointMetadata, CheckpointTuple, DecodeLimits, Error, ListOptions, PendingWrite, Result,
-    TypedValue, ValueType,
+    BoxStream, Bytes, Capabilities, ChannelVersion, ChannelVersions, Checkpoint, CheckpointConfig,
+    CheckpointMetadata, CheckpointTuple, Claim, DecodeLimits, Error, IntegrityScan, Lease,
+    ListOptions, PendingWrite, PruneStrategy, PutOptions, PutWritesOptions, Result, Saver,
+    StorageIssue, TypedValue, ValueType, async_trait,
 };
 use rmpv::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
@@ -119,7 +122,7 @@ impl LangGraphSqliteSource {
         Ok(page.pop())
     }
 
-    /// Checkpoints newest first, as [`Saver::list`](checkpoint_core::Saver::list) orders
+    /// Checkpoints newest first, as [`Saver::list`] orders
     /// them, with every condition of `options` (metadata filters are checked on the decoded
     /// metadata).
     pub fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
@@ -242,6 +245,146 @@ impl LangGraphSqliteSource {
 }
 
 /// The column names of `table` (none when it does not exist).
+/// The source as a read-only [`Saver`], so every tool that reads a saver (listing,
+/// inspecting, verifying, migrating from it) reads LangGraph's file: reads as the methods
+/// above; every write is [`Error::Rejected`] (nothing is written) and [`Capabilities`]
+/// advertises nothing.
+#[async_trait]
+impl Saver for LangGraphSqliteSource {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+    }
+
+    async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
+        LangGraphSqliteSource::get_tuple(self, config).await
+    }
+
+    fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
+        LangGraphSqliteSource::list(self, options)
+    }
+
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        let pool = self.pool.clone();
+        checkpoint_core::backend::paged_keys(1000, move |after, want| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar(
+                    "SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id > ?1 \
+                     ORDER BY thread_id LIMIT ?2",
+                )
+                .bind(after.unwrap_or_default())
+                .bind(i64::try_from(want).unwrap_or(i64::MAX))
+                .fetch_all(&pool)
+                .await
+                .map_err(classify)
+            }
+        })
+    }
+
+    async fn put(
+        &self,
+        _config: &CheckpointConfig,
+        _checkpoint: Checkpoint,
+        _metadata: CheckpointMetadata,
+        _new_versions: ChannelVersions,
+        _options: PutOptions,
+    ) -> Result<CheckpointConfig> {
+        Err(read_only("put"))
+    }
+
+    async fn put_writes(
+        &self,
+        _config: &CheckpointConfig,
+        _writes: Vec<(String, TypedValue)>,
+        _task_id: &str,
+        _options: PutWritesOptions,
+    ) -> Result<()> {
+        Err(read_only("put_writes"))
+    }
+
+    async fn delete_thread(&self, _thread_id: &str) -> Result<()> {
+        Err(read_only("delete_thread"))
+    }
+
+    async fn copy_thread(&self, _source: &str, _target: &str) -> Result<()> {
+        Err(read_only("copy_thread"))
+    }
+
+    async fn prune(&self, _thread_ids: &[String], _strategy: PruneStrategy) -> Result<()> {
+        Err(read_only("prune"))
+    }
+
+    async fn delete_for_runs(&self, _run_ids: &[String]) -> Result<()> {
+        Err(read_only("delete_for_runs"))
+    }
+
+    async fn acquire_lease(
+        &self,
+        _thread_id: &str,
+        _holder: &str,
+        _ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        Err(read_only("acquire_lease"))
+    }
+
+    async fn renew_lease(&self, _lease: &Lease, _ttl: Duration) -> Result<Lease> {
+        Err(read_only("renew_lease"))
+    }
+
+    async fn release_lease(&self, _lease: &Lease) -> Result<()> {
+        Err(read_only("release_lease"))
+    }
+
+    async fn claim(&self, _key: &str, _ttl: Duration) -> Result<Claim> {
+        Err(read_only("claim"))
+    }
+
+    async fn complete_claim(&self, _key: &str, _token: u64, _outcome: TypedValue) -> Result<()> {
+        Err(read_only("complete_claim"))
+    }
+
+    async fn abandon_claim(&self, _key: &str, _token: u64) -> Result<()> {
+        Err(read_only("abandon_claim"))
+    }
+}
+
+/// LangGraph's file keeps each checkpoint whole, values included, so no value can go
+/// missing from under a checkpoint; what the scan can find is pending writes of
+/// checkpoints the file does not hold.
+#[async_trait]
+impl IntegrityScan for LangGraphSqliteSource {
+    async fn scan_thread(&self, thread_id: &str) -> Result<Vec<StorageIssue>> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT w.checkpoint_ns, w.checkpoint_id, count(*) FROM writes w \
+             WHERE w.thread_id = ?1 AND NOT EXISTS (SELECT 1 FROM checkpoints c \
+               WHERE c.thread_id = ?1 AND c.checkpoint_ns = w.checkpoint_ns \
+                 AND c.checkpoint_id = w.checkpoint_id) \
+             GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+        .bind(thread_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(checkpoint_ns, checkpoint_id, n)| StorageIssue::WritesWithoutCheckpoint {
+                    checkpoint_ns,
+                    checkpoint_id,
+                    writes: u64::try_from(n).unwrap_or_default(),
+                },
+            )
+            .collect())
+    }
+}
+
+fn read_only(op: &str) -> Error {
+    Error::Rejected {
+        by: "LangGraphSqliteSource",
+        reason: format!("{op}: a LangGraph SQLite file is opened read-only"),
+    }
+}
+
 async fn table_columns(pool: &SqlitePool, table: &str) -> Result<Vec<String>> {
     sqlx::query_scalar("SELECT name FROM pragma_table_info(?1)")
         .bind(table)
