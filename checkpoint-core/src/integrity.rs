@@ -46,6 +46,37 @@ pub enum StorageIssue {
 }
 
 impl StorageIssue {
+    /// The issues of one thread's scan, in the order [`IntegrityScan::scan_thread`] returns
+    /// them, from its findings: `missing` values as `(namespace, checkpoint id, channel,
+    /// version)` and `writes_without_checkpoint` as `(namespace, checkpoint id, count)`.
+    pub fn collect(
+        missing: impl IntoIterator<Item = (String, String, String, String)>,
+        writes_without_checkpoint: impl IntoIterator<Item = (String, String, u64)>,
+    ) -> Vec<StorageIssue> {
+        let mut issues: Vec<StorageIssue> = missing
+            .into_iter()
+            .map(
+                |(checkpoint_ns, checkpoint_id, channel, version)| StorageIssue::MissingValue {
+                    checkpoint_ns,
+                    checkpoint_id,
+                    channel,
+                    version,
+                },
+            )
+            .chain(writes_without_checkpoint.into_iter().map(
+                |(checkpoint_ns, checkpoint_id, writes)| StorageIssue::WritesWithoutCheckpoint {
+                    checkpoint_ns,
+                    checkpoint_id,
+                    writes,
+                },
+            ))
+            .collect();
+        issues.sort_by(|a, b| {
+            (a.at(), a.kind(), format!("{a:?}")).cmp(&(b.at(), b.kind(), format!("{b:?}")))
+        });
+        issues
+    }
+
     /// A short name of the kind of issue (`missing_value`, `writes_without_checkpoint`).
     pub fn kind(&self) -> &'static str {
         match self {

@@ -610,18 +610,18 @@ pub(crate) async fn scan_thread(
         stored.insert((ns, channel, version), complete);
     }
     let mut checkpoints: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut issues = Vec::new();
+    let mut missing = Vec::new();
     for d in rows {
         let row = codec::checkpoint_row(d)?;
         for (channel, version) in &row.checkpoint.channel_versions {
             let key = (row.ns.clone(), channel.clone(), keys::version_key(version));
             if !stored.get(&key).copied().unwrap_or(false) {
-                issues.push(StorageIssue::MissingValue {
-                    checkpoint_ns: row.ns.clone(),
-                    checkpoint_id: row.id.clone(),
-                    channel: channel.clone(),
-                    version: version.to_string(),
-                });
+                missing.push((
+                    row.ns.clone(),
+                    row.id.clone(),
+                    channel.clone(),
+                    version.to_string(),
+                ));
             }
         }
         checkpoints.insert((row.ns, row.id));
@@ -636,21 +636,8 @@ pub(crate) async fn scan_thread(
             *orphans.entry((ns, id)).or_default() += n;
         }
     }
-    issues.extend(
-        orphans
-            .into_iter()
-            .map(|((checkpoint_ns, checkpoint_id), writes)| {
-                StorageIssue::WritesWithoutCheckpoint {
-                    checkpoint_ns,
-                    checkpoint_id,
-                    writes,
-                }
-            }),
-    );
-    issues.sort_by(|a, b| {
-        a.at()
-            .cmp(&b.at())
-            .then_with(|| format!("{a:?}").cmp(&format!("{b:?}")))
-    });
-    Ok(issues)
+    Ok(StorageIssue::collect(
+        missing,
+        orphans.into_iter().map(|((ns, id), n)| (ns, id, n)),
+    ))
 }

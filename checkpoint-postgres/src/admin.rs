@@ -95,28 +95,10 @@ pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<St
         .fetch_all(&inner.pool)
         .await
         .map_err(classify)?;
-    let mut issues: Vec<StorageIssue> = missing
-        .into_iter()
-        .map(
-            |(checkpoint_ns, checkpoint_id, channel, version)| StorageIssue::MissingValue {
-                checkpoint_ns,
-                checkpoint_id,
-                channel,
-                version,
-            },
-        )
-        .chain(
-            orphans
-                .into_iter()
-                .map(
-                    |(checkpoint_ns, checkpoint_id, n)| StorageIssue::WritesWithoutCheckpoint {
-                        checkpoint_ns,
-                        checkpoint_id,
-                        writes: u64::try_from(n).unwrap_or_default(),
-                    },
-                ),
-        )
-        .collect();
-    issues.sort_by(|a, b| a.at().cmp(&b.at()));
-    Ok(issues)
+    Ok(StorageIssue::collect(
+        missing,
+        orphans
+            .into_iter()
+            .map(|(ns, id, n)| (ns, id, u64::try_from(n).unwrap_or_default())),
+    ))
 }

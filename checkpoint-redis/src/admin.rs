@@ -333,16 +333,13 @@ pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<St
             }
         }
     }
-    let mut issues = Vec::new();
-    for (ns, id, field) in missing {
-        let (channel, version) = parse_blob_field(&field).ok_or_else(|| corrupt_record(&id))?;
-        issues.push(StorageIssue::MissingValue {
-            checkpoint_ns: ns,
-            checkpoint_id: id,
-            channel,
-            version: version.to_string(),
-        });
-    }
+    let missing = missing
+        .into_iter()
+        .map(|(ns, id, field)| {
+            let (channel, version) = parse_blob_field(&field).ok_or_else(|| corrupt_record(&id))?;
+            Ok((ns, id, channel, version.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut orphans: BTreeMap<(String, String), u64> = BTreeMap::new();
     for field in &writes {
         let (id, rest) = unesc_str(field).ok_or_else(|| corrupt("undecodable write field"))?;
@@ -351,21 +348,8 @@ pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<St
             *orphans.entry((ns, id)).or_default() += 1;
         }
     }
-    issues.extend(
-        orphans
-            .into_iter()
-            .map(|((checkpoint_ns, checkpoint_id), writes)| {
-                StorageIssue::WritesWithoutCheckpoint {
-                    checkpoint_ns,
-                    checkpoint_id,
-                    writes,
-                }
-            }),
-    );
-    issues.sort_by(|a, b| {
-        a.at()
-            .cmp(&b.at())
-            .then_with(|| format!("{a:?}").cmp(&format!("{b:?}")))
-    });
-    Ok(issues)
+    Ok(StorageIssue::collect(
+        missing,
+        orphans.into_iter().map(|((ns, id), n)| (ns, id, n)),
+    ))
 }

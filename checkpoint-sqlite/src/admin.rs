@@ -217,28 +217,13 @@ pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<St
         .fetch_all(&inner.reader)
         .await
         .map_err(classify)?;
-    let mut issues: Vec<StorageIssue> = missing
-        .into_iter()
-        .map(
-            |(checkpoint_ns, checkpoint_id, channel, key)| StorageIssue::MissingValue {
-                checkpoint_ns,
-                checkpoint_id,
-                channel,
-                version: parse_version_key(&key).map_or(key, |v| v.to_string()),
-            },
-        )
-        .chain(
-            orphans
-                .into_iter()
-                .map(
-                    |(checkpoint_ns, checkpoint_id, n)| StorageIssue::WritesWithoutCheckpoint {
-                        checkpoint_ns,
-                        checkpoint_id,
-                        writes: u64::try_from(n).unwrap_or_default(),
-                    },
-                ),
-        )
-        .collect();
-    issues.sort_by(|a, b| a.at().cmp(&b.at()));
-    Ok(issues)
+    Ok(StorageIssue::collect(
+        missing.into_iter().map(|(ns, id, channel, key)| {
+            let version = parse_version_key(&key).map_or(key, |v| v.to_string());
+            (ns, id, channel, version)
+        }),
+        orphans
+            .into_iter()
+            .map(|(ns, id, n)| (ns, id, u64::try_from(n).unwrap_or_default())),
+    ))
 }

@@ -365,16 +365,11 @@ impl IntegrityScan for LangGraphSqliteSource {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(checkpoint_ns, checkpoint_id, n)| StorageIssue::WritesWithoutCheckpoint {
-                    checkpoint_ns,
-                    checkpoint_id,
-                    writes: u64::try_from(n).unwrap_or_default(),
-                },
-            )
-            .collect())
+        Ok(StorageIssue::collect(
+            [],
+            rows.into_iter()
+                .map(|(ns, id, n)| (ns, id, u64::try_from(n).unwrap_or_default())),
+        ))
     }
 }
 
