@@ -49,8 +49,11 @@ pub(crate) struct CheckpointColumn<'a> {
     pub(crate) channel_values: Map<String, Value>,
     pub(crate) channel_versions: &'a ChannelVersions,
     pub(crate) versions_seen: &'a BTreeMap<String, ChannelVersions>,
+    /// Format 4 checkpoints always carry the key (`null` when no channel was updated, as in
+    /// a manual state update) and LangGraph reads it back as it wrote it; older formats had
+    /// no such key (`None` here: not written).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) updated_channels: &'a Option<Vec<String>>,
+    pub(crate) updated_channels: Option<&'a Option<Vec<String>>>,
 }
 
 /// The checkpoint column as read back, from us or from LangGraph (which may keep primitive

@@ -34,7 +34,8 @@ pub(crate) async fn put(
         channel_values: Map::new(),
         channel_versions: &checkpoint.channel_versions,
         versions_seen: &checkpoint.versions_seen,
-        updated_channels: &checkpoint.updated_channels,
+        updated_channels: (checkpoint.v >= 4 || checkpoint.updated_channels.is_some())
+            .then_some(&checkpoint.updated_channels),
     };
     let column =
         serde_json::to_value(&column).map_err(|e| Error::serialization("checkpoint column", e))?;
