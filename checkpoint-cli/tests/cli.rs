@@ -1083,7 +1083,8 @@ mod maintain {
 
 /// A file Python's `langgraph-checkpoint-sqlite` writes (real graphs: tool calls, an
 /// interrupt left pending, subgraphs, `Send`), read through `langgraph-sqlite://`: listed,
-/// verified, and migrated into SQLite and every server store exactly.
+/// verified, and migrated into SQLite and every server store exactly; Python LangGraph's
+/// `PostgresSaver` reads the PostgreSQL copy as its `SqliteSaver` reads the file.
 #[tokio::test]
 async fn langgraph_sqlite_files_migrate_into_every_store() {
     let py = match std::env::var("CHECKPOINT_TEST_LANGGRAPH_PYTHON") {
@@ -1187,6 +1188,25 @@ async fn langgraph_sqlite_files_migrate_into_every_store() {
             again["issue_counts"], verified["issue_counts"],
             "{target}: {again:#}"
         );
+        // LangGraph's PostgresSaver reads the copy as its SqliteSaver reads the original.
+        if target.starts_with("postgres") {
+            let out = Command::new(&py)
+                .env("PYTHONHASHSEED", "0")
+                .arg(script)
+                .arg("same-in-postgres")
+                .arg(&lg)
+                .arg(target)
+                .output()
+                .expect("run python");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let same: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(same["problems"], json!([]), "{same:#}");
+            assert_eq!(same["checkpoints"].as_u64(), Some(expected));
+        }
     }
     let _ = std::fs::remove_file(&lg);
     let _ = std::fs::remove_file(&ours);

@@ -9,6 +9,10 @@ Commands (each prints one JSON document on stdout):
   check   DB FILE     FILE holds what checkpoint-sqlite read from DB (the same form as
                       `expectations`); load every value of it with LangGraph's serializer
                       and compare with what LangGraph's saver loads from DB; print a summary
+  same-in-postgres DB URL
+                      every checkpoint LangGraph's SqliteSaver reads from DB, read back by
+                      LangGraph's PostgresSaver from the PostgreSQL database at URL (where
+                      `checkpoint migrate` copied it): print the differences
   fixture             write a fresh database and print {"sql": its dump, "expected": ...}
                       (the committed interop/fixture.json)
 
@@ -230,6 +234,33 @@ def check(db: str, read_path: str) -> dict:
     return {"checkpoints": len(ours), "values": values, "writes": writes, "problems": problems}
 
 
+def same_in_postgres(db: str, url: str) -> dict:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    conn = sqlite3.connect(db, check_same_thread=False)
+    lite = SqliteSaver(conn)
+    problems: list[str] = []
+    n = 0
+    with PostgresSaver.from_conn_string(url) as pg:
+        for t in lite.list(None):
+            n += 1
+            where = "/".join(t.config["configurable"][k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id"))
+            theirs = pg.get_tuple(t.config)
+            if theirs is None:
+                problems.append(f"{where}: not found in PostgreSQL")
+                continue
+            for what, a, b in (
+                ("checkpoint", t.checkpoint, theirs.checkpoint),
+                ("metadata", t.metadata, theirs.metadata),
+                ("parent", t.parent_config, theirs.parent_config),
+                ("pending writes", t.pending_writes, theirs.pending_writes),
+            ):
+                if a != b:
+                    problems.append(f"{where}: {what}: {a!r} != {b!r}")
+    conn.close()
+    return {"checkpoints": n, "problems": problems}
+
+
 def fixture() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "langgraph.sqlite")
@@ -251,6 +282,8 @@ def main() -> None:
         out: Any = write(args[0])
     elif cmd == "check":
         out = check(args[0], args[1])
+    elif cmd == "same-in-postgres":
+        out = same_in_postgres(args[0], args[1])
     elif cmd == "fixture":
         out = fixture()
     else:
