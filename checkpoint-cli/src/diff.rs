@@ -11,7 +11,7 @@ use checkpoint_sanitize::{ChannelState, SanitizeConfig, SanitizeOnLoad, WriteBac
 use serde_json::{Value, json};
 
 use crate::CliError;
-use crate::render::{message_line, shorten, value_json};
+use crate::render::{count, message_line, shorten, value_json};
 
 const LINE_WIDTH: usize = 100;
 
@@ -346,8 +346,7 @@ pub fn repair_text(doc: &Value) -> String {
     }
     let actions = doc["actions"].as_array().map_or(&[][..], |a| a);
     if !actions.is_empty() {
-        let n = actions.len();
-        out.push_str(&format!("{n} change{}:\n", if n == 1 { "" } else { "s" }));
+        out.push_str(&format!("{}:\n", count(actions.len() as u64, "change")));
         if doc["messages"].is_object() {
             messages_text(&mut out, &doc["messages"]);
         }

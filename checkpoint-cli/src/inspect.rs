@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::select::ThreadSummary;
+use crate::select::{Selection, ThreadSummary};
 
 use checkpoint_core::{CheckpointConfig, CheckpointTuple, ListOptions, Saver};
 use futures::TryStreamExt;
@@ -12,17 +12,20 @@ use serde_json::{Value, json};
 use crate::CliError;
 use crate::render::{message_lines, shorten, value_json};
 
-/// Every thread of the store with its number of checkpoints (all namespaces) and its latest
-/// checkpoint, most recent first; at most `limit`. Reads the global listing once.
-pub async fn threads(saver: &dyn Saver, limit: Option<usize>) -> Result<Value, CliError> {
-    let mut rows = crate::select::summaries(saver).await?;
+/// The selected threads with their number of checkpoints (all namespaces) and their latest
+/// checkpoint, most recent first; at most `limit` (see [`select`](crate::select::select)).
+pub async fn threads(
+    saver: &dyn Saver,
+    selection: &Selection,
+    limit: Option<usize>,
+) -> Result<Value, CliError> {
+    let mut rows = crate::select::select(saver, selection).await?;
     let total = rows.len();
     rows.truncate(limit.unwrap_or(usize::MAX));
     Ok(threads_doc(total, &rows))
 }
 
-/// The `threads` document: `total` threads selected, `rows` shown.
-pub fn threads_doc(total: usize, rows: &[ThreadSummary]) -> Value {
+fn threads_doc(total: usize, rows: &[ThreadSummary]) -> Value {
     json!({
         "threads": total,
         "shown": rows.iter().map(|s| json!({

@@ -361,14 +361,7 @@ async fn run(cli: Cli) -> Result<(String, bool), CliError> {
     let out = match &cli.command {
         Command::Threads { limit, .. } => {
             let selection = selection.unwrap_or_default();
-            let doc = if selection.is_all() {
-                inspect::threads(&*saver, *limit).await?
-            } else {
-                let mut rows = select::select(&*saver, &selection).await?;
-                let total = rows.len();
-                rows.truncate(limit.unwrap_or(usize::MAX));
-                inspect::threads_doc(total, &rows)
-            };
+            let doc = inspect::threads(&*saver, &selection, *limit).await?;
             text(&doc, inspect::threads_text)
         }
         Command::History(at) => {

@@ -374,10 +374,8 @@ pub async fn migrate(
 /// The report as text.
 pub fn report_text(doc: &Value) -> String {
     let mut out = String::new();
-    let count = |key: &str, one: &str| {
-        let n = doc[key].as_u64().unwrap_or_default();
-        format!("{n} {one}{}", if n == 1 { "" } else { "s" })
-    };
+    let count =
+        |key: &str, noun: &str| crate::render::count(doc[key].as_u64().unwrap_or_default(), noun);
     let rate = format!(
         "in {:.1} s ({:.0} checkpoints/s)",
         doc["seconds"].as_f64().unwrap_or_default(),

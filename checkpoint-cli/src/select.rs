@@ -14,7 +14,6 @@ use crate::CliError;
 #[derive(Clone, Debug, Default)]
 pub struct Selection {
     ids: Vec<String>,
-    patterns: Vec<String>,
     globs: Option<GlobSet>,
     since_millis: Option<u64>,
 }
@@ -53,15 +52,9 @@ impl Selection {
             .transpose()?;
         Ok(Self {
             ids,
-            patterns,
             globs,
             since_millis,
         })
-    }
-
-    /// Whether every thread is selected.
-    pub fn is_all(&self) -> bool {
-        self.ids.is_empty() && self.globs.is_none() && self.since_millis.is_none()
     }
 
     /// Whether the selection names its threads (only `--thread`), so the store's listing is
@@ -83,15 +76,6 @@ impl Selection {
             None => true,
             Some(since) => latest.latest_millis().is_some_and(|t| t >= since),
         }
-    }
-
-    /// The selection for a report.
-    pub fn describe(&self) -> serde_json::Value {
-        serde_json::json!({
-            "threads": self.ids,
-            "patterns": self.patterns,
-            "since_unix_ms": self.since_millis,
-        })
     }
 }
 
@@ -147,12 +131,17 @@ pub async fn summaries(saver: &dyn Saver) -> Result<Vec<ThreadSummary>, CliError
             .add(&t);
     }
     let mut rows: Vec<ThreadSummary> = seen.into_values().collect();
+    sort_recent_first(&mut rows);
+    Ok(rows)
+}
+
+/// Most recent first (ties by thread id).
+fn sort_recent_first(rows: &mut [ThreadSummary]) {
     rows.sort_by(|a, b| {
         b.latest_id
             .cmp(&a.latest_id)
             .then(a.thread_id.cmp(&b.thread_id))
     });
-    Ok(rows)
 }
 
 /// The selected threads, most recent first. Threads named with `--thread` alone are read one
@@ -174,11 +163,7 @@ pub async fn select(
                 rows.push(summary);
             }
         }
-        rows.sort_by(|a, b| {
-            b.latest_id
-                .cmp(&a.latest_id)
-                .then(a.thread_id.cmp(&b.thread_id))
-        });
+        sort_recent_first(&mut rows);
         rows
     } else {
         summaries(saver).await?
@@ -319,7 +304,6 @@ mod tests {
             assert!(!s.matches_id(id), "{id}");
         }
         assert!(Selection::all().matches_id("anything"));
-        assert!(Selection::all().is_all());
         assert!(matches!(
             Selection::new(vec![], vec!["a[".into()], None),
             Err(CliError::Usage(_))

@@ -131,13 +131,12 @@ pub async fn verify(
         .map(|thread| {
             let (saver, scan, progress) = (saver.clone(), scan.clone(), progress.clone());
             async move {
-                let mut scan_result = scan_thread(&*saver, &thread, options, &progress).await?;
+                let mut found = scan_thread(&*saver, &thread, options, &progress).await?;
                 if let Some(scan) = scan {
-                    scan_records(&*scan, &thread, &mut scan_result).await?;
+                    scan_records(&*scan, &thread, &mut found).await?;
                 }
-                let scan = scan_result;
                 progress.threads.fetch_add(1, Ordering::Relaxed);
-                Ok::<_, CliError>(scan)
+                Ok::<_, CliError>(found)
             }
         })
         .buffer_unordered(options.jobs.max(1))
@@ -151,7 +150,9 @@ pub async fn verify(
         total.truncated += s.truncated;
         total.issues.extend(s.issues);
     }
-    let issues = total.issues;
+    let mut issues = total.issues;
+    // Threads finish in any order: the report lists by thread, kind and checkpoint.
+    issues.sort_by(|a, b| (&a.thread_id, a.kind, &a.at).cmp(&(&b.thread_id, b.kind, &b.at)));
     let mut by_kind: BTreeMap<&str, u64> = BTreeMap::new();
     for i in &issues {
         *by_kind.entry(i.kind.as_str()).or_default() += 1;
@@ -246,8 +247,6 @@ async fn scan_thread(
             *entry = id.as_str();
         }
     }
-    let mut truncated = 0;
-    let mut broken = Vec::new();
     for ((ns, id), parent) in parents {
         if stored.contains(&(ns.clone(), parent.clone())) {
             continue;
@@ -256,14 +255,8 @@ async fn scan_thread(
             .get(ns.as_str())
             .is_some_and(|o| parent.as_str() < *o)
         {
-            truncated += 1;
+            scan.truncated += 1;
         } else {
-            broken.push(((ns, id), parent));
-        }
-    }
-    scan.truncated = truncated;
-    for ((ns, id), parent) in broken {
-        {
             scan.issues.push(Issue {
                 kind: IssueKind::BrokenParent,
                 thread_id: thread.to_owned(),
@@ -272,8 +265,6 @@ async fn scan_thread(
             });
         }
     }
-    scan.issues
-        .sort_by(|a, b| (a.kind, &a.at).cmp(&(b.kind, &b.at)));
     Ok(scan)
 }
 
@@ -297,8 +288,6 @@ async fn scan_records(
             detail: issue.to_string(),
         });
     }
-    out.issues
-        .sort_by(|a, b| (a.kind, &a.at).cmp(&(b.kind, &b.at)));
     Ok(())
 }
 
