@@ -564,28 +564,28 @@ pub(crate) async fn scan_thread(
 ) -> Result<Vec<checkpoint_core::StorageIssue>> {
     use checkpoint_core::StorageIssue;
     let by_thread = doc! { "t": thread_id };
-    let rows = find_docs(
-        &inner.checkpoints,
-        by_thread.clone(),
-        doc! { "t": 1, "n": 1, "c": 1, "s": 1, "p": 1, "cp": 1, "md": 1 },
-        None,
-    )
-    .await?;
-    let values = find_docs(
-        &inner.values,
-        by_thread.clone(),
-        doc! { "n": 1, "ch": 1, "v": 1, "b": 1, "nc": 1 },
-        None,
-    )
-    .await?;
-    let chunks = find_docs(&inner.chunks, by_thread.clone(), doc! { "b": 1 }, None).await?;
-    let writes = find_docs(
-        &inner.writes,
-        by_thread,
-        doc! { "n": 1, "c": 1, "w": 1 },
-        None,
-    )
-    .await?;
+    // Four independent reads, sent at once; none reads a value's or a write's bytes.
+    let (rows, values, chunks, writes) = futures::try_join!(
+        find_docs(
+            &inner.checkpoints,
+            by_thread.clone(),
+            doc! { "t": 1, "n": 1, "c": 1, "s": 1, "p": 1, "cp": 1, "md": 1 },
+            None,
+        ),
+        find_docs(
+            &inner.values,
+            by_thread.clone(),
+            doc! { "n": 1, "ch": 1, "v": 1, "b": 1, "nc": 1 },
+            None,
+        ),
+        find_docs(&inner.chunks, by_thread.clone(), doc! { "b": 1 }, None),
+        find_docs(
+            &inner.writes,
+            by_thread.clone(),
+            doc! { "n": 1, "c": 1, "w.i": 1 },
+            None,
+        ),
+    )?;
 
     let mut chunk_counts: HashMap<ObjectId, i64> = HashMap::new();
     for c in &chunks {

@@ -444,12 +444,13 @@ async fn an_interrupted_ordered_put_is_invisible_and_completes_when_repeated() {
 }
 
 #[tokio::test]
-async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
-    if skip("the_integrity_scan_finds_a_lost_value_and_orphan_writes") {
+async fn the_integrity_scan_finds_a_lost_value_a_lost_chunk_and_orphan_writes() {
+    if skip("the_integrity_scan_finds_a_lost_value_a_lost_chunk_and_orphan_writes") {
         return;
     }
     let c = client().await;
-    let s = saver_with(&c, |c| c).await;
+    // Small chunks: the scenario's 256 KiB list is stored in parts, and must scan clean.
+    let s = saver_with(&c, |c| c.chunk_size(checkpoint_mongo::MIN_CHUNK_SIZE)).await;
     let values = s
         .database()
         .collection::<Document>(&s.config().collection_names().values);
@@ -474,5 +475,32 @@ async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
         },
     )
     .await;
+
+    // A value stored in chunks: losing one chunk loses the value.
+    use checkpoint_core::IntegrityScan;
+    let mut cp = Checkpoint::new();
+    let v = cp.set_typed("doc", TypedValue::from_bytes(vec![7u8; 8 * 1024]));
+    let stored = s
+        .put(
+            &CheckpointConfig::new("chunked"),
+            cp,
+            CheckpointMetadata::new(),
+            BTreeMap::from([("doc".to_owned(), v)]),
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.scan_thread("chunked").await.unwrap(), vec![]);
+    let chunks = s
+        .database()
+        .collection::<Document>(&s.config().collection_names().chunks);
+    let gone = chunks.delete_one(doc! { "t": "chunked" }).await.unwrap();
+    assert_eq!(gone.deleted_count, 1, "the value is stored in chunks");
+    let scan = s.scan_thread("chunked").await.unwrap();
+    assert!(
+        matches!(scan.as_slice(), [checkpoint_core::StorageIssue::MissingValue { channel, checkpoint_id, .. }]
+            if channel == "doc" && Some(checkpoint_id) == stored.checkpoint_id.as_ref()),
+        "{scan:?}"
+    );
     drop_saver(&s).await;
 }
