@@ -92,27 +92,16 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     /// * Each such thread once, in ascending order as the backend compares ids (byte order
     ///   on the backends of this workspace, except PostgreSQL, which uses the column's
     ///   collation); a thread whose checkpoints were all deleted is not listed.
-    /// * The stream is lazy and pages through the store, so enumerating a store of any size
-    ///   holds a page of ids. Threads written while it is consumed may or may not appear;
-    ///   none appears twice. Errors are yielded as stream items.
+    /// * Threads written while the stream is consumed may or may not appear; none appears
+    ///   twice. Errors are yielded as stream items.
     /// * The default implementation reads the global listing (every checkpoint, once) and
-    ///   holds the distinct ids in memory; the backends of this workspace answer from an
-    ///   index of thread ids without reading a checkpoint.
+    ///   holds the distinct ids in memory. The backends of this workspace read no checkpoint:
+    ///   SQLite, PostgreSQL and MongoDB page through their thread ids (a page held at a
+    ///   time), Redis collects the ids of its thread keys first.
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        use futures::{StreamExt, TryStreamExt};
+        use futures::TryStreamExt;
         let listing = self.list(ListOptions::new());
-        futures::stream::once(async move {
-            listing
-                .map_ok(|t| t.config.thread_id)
-                .try_collect::<std::collections::BTreeSet<String>>()
-                .await
-        })
-        .map(|ids| match ids {
-            Ok(ids) => futures::stream::iter(ids.into_iter().map(Ok)).boxed(),
-            Err(e) => futures::stream::iter([Err(e)]).boxed(),
-        })
-        .flatten()
-        .boxed()
+        crate::backend::collected_keys(listing.map_ok(|t| t.config.thread_id).try_collect())
     }
 
     /// What a runtime needs to rebuild delta channels at a checkpoint (LangGraph's

@@ -377,6 +377,18 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn key_parts_decode_back_and_nothing_else_decodes() {
+        for id in ["a", "t-ü", "x:{y}*%?[]\\ z", "\0", "%41", ""] {
+            assert_eq!(parse_key_part(&key_part(id)).as_deref(), Some(id), "{id:?}");
+        }
+        // Not key_part output: a bare separator, a short or non-hex escape, an escaped
+        // character key_part keeps, an escape that is not UTF-8.
+        for part in ["a:b", "%4", "%zz", "%41", "%FF"] {
+            assert_eq!(parse_key_part(part), None, "{part:?}");
+        }
+    }
+
+    #[test]
     fn key_part_is_glob_and_tag_free_and_injective() {
         let inputs = [
             "", "a", "*", "?", "[a]", "{t}", "}", ":", " ", "\0", "%", "%25", "ü", "a b", "a%20b",

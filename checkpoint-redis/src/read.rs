@@ -9,7 +9,6 @@ use checkpoint_core::{
     BoxStream, CheckpointConfig, CheckpointTuple, DeltaChannelHistory, Error, ListOptions, Result,
     checkpoint_id_unix_millis,
 };
-use futures::StreamExt;
 use redis::Value;
 
 use crate::chunk;
@@ -107,32 +106,25 @@ pub(crate) async fn delta_channel_history(
     Ok(out)
 }
 
-/// `list`: pages of [`PAGE`] tuples, each a scan of the thread's or the global index
-/// completed by [`complete`].
 /// `list_threads`: the threads whose checkpoint-record hash (`cp`) exists, found by a
 /// `SCAN` of the key space (every primary of a Cluster) and sorted. The hash is removed
 /// with a thread's last checkpoint and expires with its TTL, so no checkpoint is read. The
 /// ids are held in memory (a few dozen bytes per thread) to drop `SCAN`'s repeats.
 pub(crate) fn list_threads(inner: Arc<Inner>) -> BoxStream<'static, Result<String>> {
-    futures::stream::once(async move {
+    checkpoint_core::backend::collected_keys(async move {
         let keys = inner
             .link
             .scan_keys(&inner.layout.thread_records_pattern())
             .await?;
-        let threads: std::collections::BTreeSet<String> = keys
+        Ok(keys
             .iter()
             .filter_map(|k| inner.layout.thread_of_records_key(k))
-            .collect();
-        Ok::<_, checkpoint_core::Error>(threads)
+            .collect())
     })
-    .map(|threads| match threads {
-        Ok(ids) => futures::stream::iter(ids.into_iter().map(Ok)).boxed(),
-        Err(e) => futures::stream::iter([Err(e)]).boxed(),
-    })
-    .flatten()
-    .boxed()
 }
 
+/// `list`: pages of [`PAGE`] tuples, each a scan of the thread's or the global index
+/// completed by [`complete`].
 pub(crate) fn list(
     inner: Arc<Inner>,
     options: ListOptions,

@@ -23,4 +23,4 @@ pub use checks::{
     Identifiers, validate_claim_request, validate_lease_request, validate_put, validate_put_writes,
 };
 pub use index::{canonical_json, canonical_json_into, digest128};
-pub use paging::{Page, paged, paged_keys};
+pub use paging::{Page, collected_keys, paged, paged_keys};

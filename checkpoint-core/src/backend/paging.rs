@@ -150,6 +150,22 @@ where
     .boxed()
 }
 
+/// A [`Saver::list_threads`](crate::Saver::list_threads) stream for a backend that cannot
+/// page through its thread ids: `collect` gathers the distinct ids (in ascending order), and
+/// the stream yields them, or the error.
+pub fn collected_keys<F>(collect: F) -> BoxStream<'static, Result<String>>
+where
+    F: Future<Output = Result<std::collections::BTreeSet<String>>> + Send + 'static,
+{
+    stream::once(collect)
+        .map(|keys| match keys {
+            Ok(keys) => stream::iter(keys.into_iter().map(Ok)).boxed(),
+            Err(e) => stream::iter([Err(e)]).boxed(),
+        })
+        .flatten()
+        .boxed()
+}
+
 struct Paging<S, F> {
     state: Option<S>,
     fetch: F,
