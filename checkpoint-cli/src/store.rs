@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use checkpoint_core::backend::ReadOnly;
 use checkpoint_core::{IntegrityScan, Saver};
+use checkpoint_mongo::langgraph::LangGraphMongoSource;
 use checkpoint_mongo::{MongoConfig, MongoSaver};
 use checkpoint_postgres::PostgresSaver;
 use checkpoint_redis::RedisSaver;
@@ -15,7 +17,7 @@ use crate::CliError;
 /// The URL schemes [`Store::parse`] accepts, as shown in help and errors.
 pub const SCHEMES: &str = "sqlite://PATH, postgres://..., redis://... (rediss://), \
                            redis+cluster://HOST:PORT[,HOST:PORT...], mongodb://.../DB, \
-                           langgraph-sqlite://PATH (read-only)";
+                           langgraph-sqlite://PATH, langgraph-mongodb://.../DB (read-only)";
 
 /// Which backend a URL names, and how to reach it.
 #[derive(Clone, PartialEq, Eq)]
@@ -37,6 +39,13 @@ pub enum Store {
         /// The database named in its path.
         database: String,
     },
+    /// A MongoDB database written by Python's `langgraph-checkpoint-mongodb` (read-only).
+    LangGraphMongo {
+        /// The connection string, as `mongodb://...`.
+        uri: String,
+        /// The database named in its path.
+        database: String,
+    },
 }
 
 impl std::fmt::Debug for Store {
@@ -49,6 +58,9 @@ impl std::fmt::Debug for Store {
             Store::Redis(_) => f.write_str("Redis(..)"),
             Store::RedisCluster(n) => write!(f, "RedisCluster({} nodes)", n.len()),
             Store::Mongo { database, .. } => write!(f, "Mongo {{ database: {database:?} }}"),
+            Store::LangGraphMongo { database, .. } => {
+                write!(f, "LangGraphMongo {{ database: {database:?} }}")
+            }
         }
     }
 }
@@ -86,7 +98,7 @@ impl Store {
                 }
                 Ok(Store::RedisCluster(nodes))
             }
-            "mongodb" | "mongodb+srv" => {
+            "mongodb" | "mongodb+srv" | "langgraph-mongodb" | "langgraph-mongodb+srv" => {
                 let after_host = rest.split_once('/').map(|(_, p)| p).unwrap_or_default();
                 let database = after_host
                     .split(['?', '#'])
@@ -94,13 +106,19 @@ impl Store {
                     .unwrap_or_default()
                     .to_owned();
                 if database.is_empty() {
-                    return Err(bad(
-                        "mongodb:// needs the database in its path (mongodb://host/db)",
-                    ));
+                    return Err(bad(&format!(
+                        "{scheme}:// needs the database in its path ({scheme}://host/db)"
+                    )));
                 }
-                Ok(Store::Mongo {
-                    uri: url.to_owned(),
-                    database,
+                Ok(match scheme.strip_prefix("langgraph-") {
+                    None => Store::Mongo {
+                        uri: url.to_owned(),
+                        database,
+                    },
+                    Some(driver_scheme) => Store::LangGraphMongo {
+                        uri: format!("{driver_scheme}://{rest}"),
+                        database,
+                    },
                 })
             }
             other => Err(bad(&format!("unknown scheme {other:?}"))),
@@ -144,7 +162,7 @@ impl Store {
                         path.display()
                     )));
                 }
-                both(LangGraphSqliteSource::open(path).await?)
+                both(ReadOnly::new(LangGraphSqliteSource::open(path).await?))
             }
             Store::Postgres(url) => both(postgres(url, connections).await?),
             Store::Redis(url) => both(redis(RedisSaver::builder(url.clone()), connections).await?),
@@ -154,6 +172,9 @@ impl Store {
             Store::Mongo { uri, database } => {
                 both(MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?)
             }
+            Store::LangGraphMongo { uri, database } => both(ReadOnly::new(
+                LangGraphMongoSource::connect(uri, database).await?,
+            )),
         })
     }
 }
@@ -181,10 +202,10 @@ impl Store {
             Store::Redis(_) | Store::RedisCluster(_) => {
                 return Ok(self.open_scannable(connections).await?.0);
             }
-            Store::LangGraphSqlite(_) => {
+            Store::LangGraphSqlite(_) | Store::LangGraphMongo { .. } => {
                 return Err(CliError::Url(
-                    "langgraph-sqlite:// is a read-only source: migrate from it into \
-                     sqlite://, postgres://, redis:// or mongodb://"
+                    "langgraph-sqlite:// and langgraph-mongodb:// are read-only sources: \
+                     migrate from them into sqlite://, postgres://, redis:// or mongodb://"
                         .into(),
                 ));
             }
@@ -246,12 +267,20 @@ mod tests {
             Store::parse("langgraph-sqlite://lg.sqlite").unwrap(),
             Store::LangGraphSqlite(PathBuf::from("lg.sqlite"))
         );
+        assert_eq!(
+            Store::parse("langgraph-mongodb://h:27017/lg?replicaSet=rs0").unwrap(),
+            Store::LangGraphMongo {
+                uri: "mongodb://h:27017/lg?replicaSet=rs0".into(),
+                database: "lg".into()
+            }
+        );
         for bad in [
             "agent.db",
             "sqlite://",
             "langgraph-sqlite://",
             "mysql://h/db",
             "mongodb://h:27017",
+            "langgraph-mongodb://h:27017/",
             "redis+cluster://",
         ] {
             assert!(matches!(Store::parse(bad), Err(CliError::Url(_))), "{bad}");

@@ -1,7 +1,9 @@
 //! The `checkpoint` binary run as a user runs it, on a SQLite file this test writes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use checkpoint_conformance::langgraph;
 
 use checkpoint_core::{
     Checkpoint, CheckpointConfig, CheckpointMetadata, PutOptions, PutWritesOptions, Saver, Source,
@@ -40,6 +42,10 @@ fn ok(args: &[&str]) -> String {
 
 fn json_of(args: &[&str]) -> Value {
     serde_json::from_str(&ok(args)).unwrap()
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 path")
 }
 
 /// Thread `support` (3 checkpoints: a conversation with a tool call, pending writes on the
@@ -1087,34 +1093,15 @@ mod maintain {
 /// `PostgresSaver` reads the PostgreSQL copy as its `SqliteSaver` reads the file.
 #[tokio::test]
 async fn langgraph_sqlite_files_migrate_into_every_store() {
-    let py = match std::env::var("CHECKPOINT_TEST_LANGGRAPH_PYTHON") {
-        Ok(py) => py,
-        Err(_) if checkpoint_conformance::servers_required() => {
-            panic!("CHECKPOINT_TEST_LANGGRAPH_PYTHON is required under CI")
-        }
-        Err(_) => {
-            eprintln!("SKIPPED: CHECKPOINT_TEST_LANGGRAPH_PYTHON is not set");
-            return;
-        }
+    let Some(py) = langgraph::python() else {
+        return;
     };
     let lg = temp_file("langgraph-written");
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../checkpoint-sqlite/interop/langgraph_sqlite.py"
     );
-    let out = Command::new(&py)
-        .env("PYTHONHASHSEED", "0")
-        .arg(script)
-        .arg("write")
-        .arg(&lg)
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expected: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expected = langgraph::run_python(&py, Path::new(script), &["write", path_str(&lg)]);
     let expected = expected.as_array().unwrap().len() as u64;
     let source = format!("langgraph-sqlite://{}", lg.display());
 
@@ -1190,24 +1177,94 @@ async fn langgraph_sqlite_files_migrate_into_every_store() {
         );
         // LangGraph's PostgresSaver reads the copy as its SqliteSaver reads the original.
         if target.starts_with("postgres") {
-            let out = Command::new(&py)
-                .env("PYTHONHASHSEED", "0")
-                .arg(script)
-                .arg("same-in-postgres")
-                .arg(&lg)
-                .arg(target)
-                .output()
-                .expect("run python");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
+            let same = langgraph::run_python(
+                &py,
+                Path::new(script),
+                &["same-in-postgres", path_str(&lg), target],
             );
-            let same: Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(same["problems"], json!([]), "{same:#}");
             assert_eq!(same["checkpoints"].as_u64(), Some(expected));
         }
     }
     let _ = std::fs::remove_file(&lg);
+    let _ = std::fs::remove_file(&ours);
+}
+
+/// A database Python's `langgraph-checkpoint-mongodb` writes (the same graphs), read through
+/// `langgraph-mongodb://`: listed, verified, and migrated into SQLite and our own MongoDB
+/// layout with `--verify` finding no difference.
+#[tokio::test]
+async fn langgraph_mongodb_databases_migrate_into_our_stores() {
+    let mongo = match checkpoint_conformance::server_url("mongo") {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None if checkpoint_conformance::servers_required() => {
+            panic!("CHECKPOINT_TEST_MONGO_URL is required")
+        }
+        None => return,
+    };
+    let Some(py) = langgraph::python() else {
+        return;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let db = format!("cli_lg_{}_{}", std::process::id(), nanos % 1_000_000_000);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../checkpoint-mongo/interop/langgraph_mongodb.py"
+    );
+    let expected = langgraph::run_python(&py, Path::new(script), &["write", &mongo, &db]);
+    let expected = expected.as_array().unwrap().len() as u64;
+    let host = mongo.strip_prefix("mongodb://").unwrap();
+    let source = format!("langgraph-mongodb://{host}/{db}");
+
+    let threads = json_of(&["threads", &source, "--json"]);
+    assert_eq!(threads["threads"].as_u64(), Some(2), "{threads}");
+    let verified: Value =
+        serde_json::from_slice(&checkpoint(&["verify", &source, "--json"]).stdout).unwrap();
+    assert_eq!(
+        verified["checkpoints"].as_u64(),
+        Some(expected),
+        "{verified:#}"
+    );
+    let refused = checkpoint(&[
+        "migrate",
+        "--from",
+        &source,
+        "--to",
+        &format!("{source}_copy"),
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("read-only source"));
+
+    let ours = temp_file("langgraph-mongo-imported");
+    // Stores no other test writes LangGraph's thread ids to (the SQLite test above fills
+    // the shared PostgreSQL and Redis with them, concurrently).
+    let targets = [
+        format!("sqlite://{}", ours.display()),
+        format!("{mongo}/{db}_ours"),
+    ];
+    for target in &targets {
+        let report = json_of(&[
+            "migrate", "--from", &source, "--to", target, "--verify", "--json",
+        ]);
+        assert_eq!(report["checkpoints"].as_u64(), Some(expected), "{target}");
+        assert_eq!(report["differences"], json!([]), "{target}");
+        let again: Value = serde_json::from_slice(
+            &checkpoint(&["verify", target, "--json", "paused", "resumed"]).stdout,
+        )
+        .unwrap();
+        assert_eq!(again["checkpoints"].as_u64(), Some(expected), "{target}");
+        assert_eq!(
+            again["issue_counts"], verified["issue_counts"],
+            "{target}: {again:#}"
+        );
+    }
+    let client = checkpoint_mongo::mongodb::Client::with_uri_str(&mongo)
+        .await
+        .unwrap();
+    client.database(&db).drop().await.unwrap();
+    client.database(&format!("{db}_ours")).drop().await.unwrap();
     let _ = std::fs::remove_file(&ours);
 }

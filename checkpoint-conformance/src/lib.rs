@@ -4,6 +4,7 @@ pub mod clauses;
 pub mod crash;
 pub mod fixtures;
 pub mod integrity;
+pub mod langgraph;
 pub mod model;
 
 use std::future::Future;

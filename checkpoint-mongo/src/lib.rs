@@ -9,6 +9,7 @@ mod core;
 mod delta;
 mod error;
 mod keys;
+pub mod langgraph;
 mod read;
 mod saver;
 mod schema;

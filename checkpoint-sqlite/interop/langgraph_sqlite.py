@@ -97,7 +97,7 @@ def approve(state: MainState) -> dict:
     return {"messages": [HumanMessage(content=f"human said {answer}", id="h-answer")], "counter": 1}
 
 
-def graph(saver: SqliteSaver):
+def graph(saver):
     sub = StateGraph(SubState)
     sub.add_node("sub_node", sub_node)
     sub.add_edge(START, "sub_node")
@@ -135,7 +135,7 @@ def jsonable(value: Any) -> Any:
     return {"$repr": repr(value)}
 
 
-def expectations(saver: SqliteSaver) -> list[dict]:
+def expectations(saver) -> list[dict]:
     """Every checkpoint in the file, newest first, as LangGraph's saver loads it; each value
     re-encoded with LangGraph's serializer."""
     out = []
@@ -168,12 +168,8 @@ def expectations(saver: SqliteSaver) -> list[dict]:
     return out
 
 
-def write(db: str) -> list[dict]:
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(db + suffix):
-            os.remove(db + suffix)
-    conn = sqlite3.connect(db, check_same_thread=False)
-    saver = SqliteSaver(conn)
+def run_graphs(saver) -> None:
+    """The threads every interop test reads, written through `saver` (any LangGraph saver)."""
     g = graph(saver)
     # A thread paused at the interrupt, then resumed to the end, then updated by hand.
     done = {"configurable": {"thread_id": "resumed"}, "metadata": {"user": "alice", "run_tag": "it's \"quoted\""}}
@@ -183,6 +179,15 @@ def write(db: str) -> list[dict]:
     # A thread left paused at the interrupt (its pending writes hold it).
     paused = {"configurable": {"thread_id": "paused"}, "metadata": {"user": "bob"}}
     g.invoke({"messages": [HumanMessage(content="Another refund?", id="h-2")]}, paused)
+
+
+def write(db: str) -> list[dict]:
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)
+    conn = sqlite3.connect(db, check_same_thread=False)
+    saver = SqliteSaver(conn)
+    run_graphs(saver)
     result = expectations(saver)
     conn.close()
     return result
@@ -191,10 +196,19 @@ def write(db: str) -> list[dict]:
 def check(db: str, read_path: str) -> dict:
     """Loads every value checkpoint-sqlite read with LangGraph's serializer and compares it
     with what LangGraph's saver loads from the file."""
+    conn = sqlite3.connect(db, check_same_thread=False)
+    try:
+        return compare(SqliteSaver(conn), read_path)
+    finally:
+        conn.close()
+
+
+def compare(saver, read_path: str) -> dict:
+    """Compares what a reader of ours read from LangGraph's store (FILE, in the form of
+    `expectations`) with what LangGraph's own `saver` loads from it: every value loaded with
+    LangGraph's serializer must be the very object LangGraph loads."""
     with open(read_path) as f:
         ours = json.load(f)
-    conn = sqlite3.connect(db, check_same_thread=False)
-    saver = SqliteSaver(conn)
     problems: list[str] = []
     values = writes = 0
     for cp in ours:
@@ -218,11 +232,14 @@ def check(db: str, read_path: str) -> dict:
             values += 1
             if loaded != expected_values.get(channel):
                 problems.append(f"{where}: channel {channel}: {loaded!r} != {expected_values.get(channel)!r}")
-        expected_writes = [(t, c, v) for t, c, v in theirs.pending_writes]
-        loaded_writes = [
-            (w["task_id"], w["channel"], saver.serde.loads_typed((w["type"], base64.b64decode(w["b64"]))))
-            for w in cp["writes"]
-        ]
+        expected_writes = sorted_writes(saver, theirs.pending_writes)
+        loaded_writes = sorted_writes(
+            saver,
+            [
+                (w["task_id"], w["channel"], saver.serde.loads_typed((w["type"], base64.b64decode(w["b64"]))))
+                for w in cp["writes"]
+            ],
+        )
         writes += len(loaded_writes)
         if loaded_writes != expected_writes:
             problems.append(f"{where}: writes {loaded_writes!r} != {expected_writes!r}")
@@ -230,8 +247,14 @@ def check(db: str, read_path: str) -> dict:
             problems.append(f"{where}: metadata {cp['metadata']!r} != {theirs.metadata!r}")
         if cp["channel_versions"] != theirs.checkpoint["channel_versions"]:
             problems.append(f"{where}: versions {cp['channel_versions']!r} != {theirs.checkpoint['channel_versions']!r}")
-    conn.close()
     return {"checkpoints": len(ours), "values": values, "writes": writes, "problems": problems}
+
+
+def sorted_writes(saver, writes) -> list:
+    """Pending writes in one order whatever order a saver returns them in (LangGraph's
+    MongoDB saver returns them in the collection's natural order): by task, channel and
+    serialized value."""
+    return sorted(writes, key=lambda w: (w[0], w[1], saver.serde.dumps_typed(w[2])))
 
 
 def same_in_postgres(db: str, url: str) -> dict:

@@ -12,15 +12,20 @@
 //!   values equal under [`json_equal`](crate::json_equal) get equal text, and a stable
 //!   128-bit digest for entries too long to index as they are;
 //! * [`msgpack`](crate::msgpack): walking stored MessagePack without decoding it;
-//! * [`legacy`]: reading checkpoints of LangGraph's formats before 4.
+//! * [`legacy`]: reading checkpoints of LangGraph's formats before 4;
+//! * [`langgraph`]: reading checkpoints LangGraph's own savers serialized whole;
+//! * [`ReadSource`] and [`ReadOnly`]: a store that is only read, as a [`Saver`](crate::Saver).
 
 mod checks;
 mod index;
+pub mod langgraph;
 pub mod legacy;
 mod paging;
+mod read_only;
 
 pub use checks::{
     Identifiers, validate_claim_request, validate_lease_request, validate_put, validate_put_writes,
 };
 pub use index::{canonical_json, canonical_json_into, digest128};
 pub use paging::{Page, collected_keys, paged, paged_keys};
+pub use read_only::{ReadOnly, ReadSource};

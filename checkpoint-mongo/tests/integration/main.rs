@@ -5,6 +5,7 @@ mod common;
 mod conformance;
 mod errors;
 mod hostile;
+mod langgraph;
 mod layout;
 mod ordered_writes;
 mod round_trips;

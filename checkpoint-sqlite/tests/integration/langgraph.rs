@@ -12,10 +12,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as B64;
+use checkpoint_conformance::langgraph::{self, as_langgraph_json, comparable};
 use checkpoint_core::writes::INTERRUPT;
 use checkpoint_core::{
     CheckpointConfig, CheckpointTuple, Error, ListOptions, PutOptions, PutWritesOptions, Saver,
@@ -30,45 +28,6 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
 use crate::common::{remove_db, scratch_dir};
 
-/// A tuple in the form `langgraph_sqlite.py` prints (`expectations`), without the readable
-/// `json` renderings.
-fn as_langgraph_json(t: &CheckpointTuple) -> Value {
-    let value = |v: &TypedValue| json!({"type": v.type_tag.as_str(), "b64": B64.encode(&v.bytes)});
-    json!({
-        "thread_id": t.config.thread_id,
-        "checkpoint_ns": t.config.checkpoint_ns,
-        "checkpoint_id": t.checkpoint.id,
-        "parent_checkpoint_id": t.parent_config.as_ref().and_then(|p| p.checkpoint_id.clone()),
-        "metadata": t.metadata,
-        "v": t.checkpoint.v,
-        "ts": t.checkpoint.ts,
-        "channel_versions": t.checkpoint.channel_versions,
-        "versions_seen": t.checkpoint.versions_seen,
-        "updated_channels": t.checkpoint.updated_channels,
-        "values": t.checkpoint.channel_values.iter()
-            .map(|(c, v)| (c.clone(), value(v)))
-            .collect::<BTreeMap<_, _>>(),
-        "writes": t.pending_writes.iter().map(|w| {
-            let mut v = value(&w.value);
-            v["task_id"] = json!(w.task_id);
-            v["channel"] = json!(w.channel);
-            v
-        }).collect::<Vec<_>>(),
-    })
-}
-
-/// `expected` without the `json` renderings of values and writes.
-fn comparable(expected: &Value) -> Value {
-    let mut e = expected.clone();
-    for v in e["values"].as_object_mut().unwrap().values_mut() {
-        v.as_object_mut().unwrap().remove("json");
-    }
-    for w in e["writes"].as_array_mut().unwrap() {
-        w.as_object_mut().unwrap().remove("json");
-    }
-    e
-}
-
 /// Everything in the source, newest first, matches LangGraph's own reading checkpoint by
 /// checkpoint.
 async fn assert_reads_like_langgraph(source: &LangGraphSqliteSource, expected: &[Value]) {
@@ -77,15 +36,7 @@ async fn assert_reads_like_langgraph(source: &LangGraphSqliteSource, expected: &
         .try_collect()
         .await
         .unwrap();
-    assert_eq!(ours.len(), expected.len());
-    for (t, e) in ours.iter().zip(expected) {
-        assert_eq!(
-            as_langgraph_json(t),
-            comparable(e),
-            "checkpoint {}",
-            t.checkpoint.id
-        );
-    }
+    langgraph::assert_reads_like_langgraph(&ours, expected);
 }
 
 /// A database file with the statements of a dump.
@@ -267,39 +218,16 @@ async fn files_that_are_not_langgraphs_are_typed_errors() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn python() -> Option<String> {
-    match std::env::var("CHECKPOINT_TEST_LANGGRAPH_PYTHON") {
-        Ok(py) => Some(py),
-        Err(_) if checkpoint_conformance::servers_required() => panic!(
-            "CHECKPOINT_TEST_LANGGRAPH_PYTHON is required under CI (scripts/services/langgraph.sh installs it)"
-        ),
-        Err(_) => {
-            eprintln!("SKIPPED: CHECKPOINT_TEST_LANGGRAPH_PYTHON is not set");
-            None
-        }
-    }
-}
-
 fn run_python(py: &str, args: &[&str]) -> Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/interop/langgraph_sqlite.py");
-    let out = Command::new(py)
-        // Python sets iterate in hash order; a fixed seed makes their encoding repeatable.
-        .env("PYTHONHASHSEED", "0")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "python {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("python prints JSON")
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/langgraph_sqlite.py");
+    langgraph::run_python(py, &script, args)
 }
 
 #[tokio::test]
 async fn live_langgraph_file() {
-    let Some(py) = python() else { return };
+    let Some(py) = langgraph::python() else {
+        return;
+    };
     let dir = scratch_dir("langgraph-live");
     let path = dir.join("langgraph.sqlite");
     let db = path.to_str().unwrap();
