@@ -2,23 +2,18 @@
 //!
 //! A thread is copied namespace by namespace, oldest checkpoint first, so a parent is always
 //! in the target before its children. A thread of up to 64 checkpoints is read with one
-//! `list` call; of a longer one only the addresses (namespace and id) are held, and each
-//! checkpoint is read, written and dropped in turn. A checkpoint's put and its pending
-//! writes go out together (writes are keyed by address). Every write is one
-//! the contract makes idempotent (a put of an existing id replaces it with the same content,
-//! a value version is stored once, a pending write exists once per task and index), so a
-//! migration killed at any point and run again ends in the same state as one that never
-//! stopped.
+//! `list` call and stored with one [`Saver::import`] call; of a longer one only the
+//! addresses (namespace and id) are held, and its checkpoints are read and imported 64 at a
+//! time. `import` is idempotent by contract (a checkpoint at an existing address is
+//! replaced with the same content, a value version is stored once, a pending write exists
+//! once per task and index), so a migration killed at any point and run again ends in the
+//! same state as one that never stopped.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use checkpoint_core::{
-    ChannelVersions, CheckpointConfig, CheckpointTuple, ListOptions, PendingWrite, PutOptions,
-    PutWritesOptions, Saver, TypedValue,
-};
+use checkpoint_core::{CheckpointConfig, CheckpointTuple, ListOptions, Saver};
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
@@ -74,133 +69,15 @@ async fn addresses(source: &dyn Saver, thread: &str) -> Result<Vec<(String, Stri
     Ok(ids)
 }
 
-/// Writes one checkpoint read from the source into the target, with its pending writes.
-/// `parent_versions`: the channel versions of its parent when the parent was the previous
-/// checkpoint written, so only the channels that changed are sent (the others are stored).
-/// The put and the `put_writes` calls go out at once: writes are keyed by the checkpoint's
-/// address, so they belong to it whichever is stored first.
-async fn write_tuple(
-    target: &dyn Saver,
-    tuple: CheckpointTuple,
-    parent_versions: Option<&ChannelVersions>,
-) -> Result<(ChannelVersions, u64), CliError> {
-    let CheckpointTuple {
-        config,
-        checkpoint,
-        metadata,
-        parent_config,
-        pending_writes,
-    } = tuple;
-    let new_versions: ChannelVersions = checkpoint
-        .channel_versions
-        .iter()
-        .filter(|(channel, version)| {
-            parent_versions.is_none_or(|p| p.get(*channel) != Some(*version))
-        })
-        .map(|(c, v)| (c.clone(), v.clone()))
-        .collect();
-    let versions = checkpoint.channel_versions.clone();
-    let put_at = CheckpointConfig {
-        thread_id: config.thread_id.clone(),
-        checkpoint_ns: config.checkpoint_ns.clone(),
-        checkpoint_id: parent_config.and_then(|p| p.checkpoint_id),
-        ..CheckpointConfig::default()
-    };
-    let stored = CheckpointConfig::new(config.thread_id.clone())
-        .with_ns(config.checkpoint_ns.clone())
-        .with_checkpoint_id(checkpoint.id.clone());
-    let writes = pending_writes.len() as u64;
-    let put = target.put(
-        &put_at,
-        checkpoint,
-        metadata,
-        new_versions,
-        PutOptions::new(),
-    );
-    let batches = write_batches(pending_writes);
-    let put_writes =
-        futures::future::try_join_all(batches.into_iter().map(|(options, (task_id, batch))| {
-            let stored = &stored;
-            async move { target.put_writes(stored, batch, &task_id, options).await }
-        }));
-    futures::future::try_join(put, put_writes).await?;
-    Ok((versions, writes))
-}
-
-/// Largest index of a regular write [`write_batches`] recreates with fillers.
-const MAX_FILLED_INDEX: i64 = 4096;
-
-/// Pending writes as the `put_writes` calls that recreate them with their indexes, per task
-/// and path: the special-channel writes in one call (their indexes are fixed), and the others
-/// in one call in index order (a write's index is its position in the call). When the
-/// regular indexes have gaps (LangGraph gives a task's writes their position in its own
-/// call, special channels included: `[__resume__, messages, counter]` stores `messages` at
-/// 1), the gaps are filled with one of the task's special writes: a special write takes its
-/// fixed index, not its position, and in a call with regular writes an existing write is
-/// kept, so a filler stores nothing the special-channel call does not store as well.
-#[allow(clippy::type_complexity)]
-fn write_batches(
-    writes: Vec<PendingWrite>,
-) -> Vec<(PutWritesOptions, (String, Vec<(String, TypedValue)>))> {
-    let mut groups: BTreeMap<(String, String), (Vec<PendingWrite>, Vec<PendingWrite>)> =
-        BTreeMap::new();
-    for w in writes {
-        let group = groups
-            .entry((w.task_path.clone(), w.task_id.clone()))
-            .or_default();
-        if w.idx < 0 {
-            group.0.push(w);
-        } else {
-            group.1.push(w);
-        }
-    }
-    let mut calls = Vec::new();
-    for ((task_path, task_id), (mut special, mut regular)) in groups {
-        special.sort_by_key(|w| w.idx);
-        regular.sort_by_key(|w| w.idx);
-        let options = || PutWritesOptions::new().task_path(task_path.clone());
-        let gaps = regular
-            .iter()
-            .enumerate()
-            .any(|(i, w)| usize::try_from(w.idx).ok() != Some(i));
-        let filler = special
-            .first()
-            .map(|w| (w.channel.clone(), w.value.clone()));
-        if !regular.is_empty() {
-            let batch: Vec<(String, TypedValue)> = match filler {
-                Some(filler)
-                    if gaps && regular.last().is_some_and(|w| w.idx <= MAX_FILLED_INDEX) =>
-                {
-                    let mut batch = Vec::new();
-                    for w in regular {
-                        while i64::try_from(batch.len()).unwrap_or(i64::MAX) < w.idx {
-                            batch.push(filler.clone());
-                        }
-                        batch.push((w.channel, w.value));
-                    }
-                    batch
-                }
-                // Without a special write to fill with, the writes keep their order.
-                _ => regular.into_iter().map(|w| (w.channel, w.value)).collect(),
-            };
-            calls.push((options(), (task_id.clone(), batch)));
-        }
-        if !special.is_empty() {
-            let batch = special.into_iter().map(|w| (w.channel, w.value)).collect();
-            calls.push((options(), (task_id, batch)));
-        }
-    }
-    calls
-}
-
 /// Checkpoints a thread may have to be copied from one read of its listing.
 const ONE_READ: usize = 64;
 
 /// Copies one thread; returns its number of checkpoints. A thread of at most [`ONE_READ`]
-/// checkpoints (all namespaces) is read with one `list` call and written oldest first; a
-/// longer one is copied address by address (its addresses are listed, then each checkpoint
-/// is read with `get_tuple`), so memory stays bounded by [`ONE_READ`] checkpoints per job
-/// whatever the thread's length.
+/// checkpoints (all namespaces) is read with one `list` call and imported oldest first with
+/// one [`Saver::import`] call; a longer one is copied address by address (its addresses
+/// are listed, then each checkpoint is read with `get_tuple` and imported [`ONE_READ`] at a
+/// time), so memory stays bounded by [`ONE_READ`] checkpoints per job whatever the
+/// thread's length.
 async fn copy_thread(
     source: &dyn Saver,
     target: &dyn Saver,
@@ -217,15 +94,12 @@ async fn copy_thread(
                 .cmp(&(&b.config.checkpoint_ns, &b.checkpoint.id))
         });
         let n = first.len() as u64;
-        let mut last: Option<(String, String, ChannelVersions)> = None;
-        for tuple in first {
-            write_in_order(target, tuple, &mut last, progress).await?;
-        }
+        import(target, first, progress).await?;
         return Ok(n);
     }
     drop(first);
-    let mut last: Option<(String, String, ChannelVersions)> = None;
     let ids = addresses(source, thread).await?;
+    let mut batch = Vec::with_capacity(ONE_READ);
     for (ns, id) in &ids {
         let at = CheckpointConfig::new(thread)
             .with_ns(ns.clone())
@@ -234,36 +108,30 @@ async fn copy_thread(
         let Some(tuple) = source.get_tuple(&at).await? else {
             continue;
         };
-        write_in_order(target, tuple, &mut last, progress).await?;
+        batch.push(tuple);
+        if batch.len() == ONE_READ {
+            import(target, std::mem::take(&mut batch), progress).await?;
+        }
     }
+    import(target, batch, progress).await?;
     Ok(ids.len() as u64)
 }
 
-/// Writes `tuple`, sending only the channels that changed when its parent was the
-/// checkpoint written just before (`last`, updated).
-async fn write_in_order(
+/// Imports `tuples` (oldest first) into the target and counts them.
+async fn import(
     target: &dyn Saver,
-    tuple: CheckpointTuple,
-    last: &mut Option<(String, String, ChannelVersions)>,
+    tuples: Vec<CheckpointTuple>,
     progress: &Progress,
 ) -> Result<(), CliError> {
-    let (ns, id) = (
-        tuple.config.checkpoint_ns.clone(),
-        tuple.checkpoint.id.clone(),
+    if tuples.is_empty() {
+        return Ok(());
+    }
+    let (n, writes) = (
+        tuples.len() as u64,
+        tuples.iter().map(|t| t.pending_writes.len() as u64).sum(),
     );
-    let parent = tuple
-        .parent_config
-        .as_ref()
-        .and_then(|p| p.checkpoint_id.clone());
-    let parent_versions = match (&*last, &parent) {
-        (Some((last_ns, last_id, versions)), Some(p)) if *last_ns == ns && last_id == p => {
-            Some(versions)
-        }
-        _ => None,
-    };
-    let (versions, writes) = write_tuple(target, tuple, parent_versions).await?;
-    *last = Some((ns, id, versions));
-    progress.checkpoints.fetch_add(1, Ordering::Relaxed);
+    target.import(tuples).await?;
+    progress.checkpoints.fetch_add(n, Ordering::Relaxed);
     progress.writes.fetch_add(writes, Ordering::Relaxed);
     Ok(())
 }
@@ -413,50 +281,4 @@ pub fn report_text(doc: &Value) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn write(task: &str, idx: i64, channel: &str) -> PendingWrite {
-        PendingWrite {
-            task_id: task.into(),
-            channel: channel.into(),
-            value: TypedValue::msgpack(&channel).unwrap(),
-            idx,
-            task_path: "~p".into(),
-        }
-    }
-
-    fn channels(batch: &[(String, TypedValue)]) -> Vec<&str> {
-        batch.iter().map(|(c, _)| c.as_str()).collect()
-    }
-
-    #[test]
-    fn gaps_in_indexes_are_filled_with_a_special_write_of_the_task() {
-        use checkpoint_core::writes::RESUME;
-        let calls = write_batches(vec![
-            write("t", 2, "counter"),
-            write("t", -4, RESUME),
-            write("t", 1, "messages"),
-            write("u", 0, "a"),
-            write("u", 1, "b"),
-            write("v", 3, "late"),
-        ]);
-        let by_task: Vec<(&str, Vec<&str>)> = calls
-            .iter()
-            .map(|(_, (task, batch))| (task.as_str(), channels(batch)))
-            .collect();
-        assert_eq!(
-            by_task,
-            [
-                ("t", vec![RESUME, "messages", "counter"]),
-                ("t", vec![RESUME]),
-                ("u", vec!["a", "b"]),
-                // No special write to fill with: the order is kept, the index is not.
-                ("v", vec!["late"]),
-            ]
-        );
-    }
 }

@@ -271,6 +271,8 @@ macro_rules! __for_each_clause {
             extended::copy_thread_leaves_source_and_other_threads,
             extended::copy_thread_noops,
             extended::copy_thread_is_repeatable,
+            extended::import_stores_tuples_exactly,
+            extended::import_over_stored_data_keeps_what_put_keeps,
             extended::prune_keep_latest,
             extended::prune_keep_last_n,
             extended::prune_delete_all,

@@ -191,6 +191,34 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
         options: PutWritesOptions,
     ) -> Result<()>;
 
+    /// Stores checkpoints read from another store as they were read: the bulk path of
+    /// migrations and restores.
+    ///
+    /// # Behavior
+    /// * Each tuple is stored as [`put`](Self::put) stores its checkpoint at its address
+    ///   (thread, namespace, `checkpoint.id`) under its `parent_config`'s id with its
+    ///   metadata, every channel of its `channel_versions` in `new_versions` (a channel
+    ///   without a value is stored as removed), followed by [`put_writes`](Self::put_writes)
+    ///   of its pending writes. A write keeps its task, task path, channel, value and index;
+    ///   backends with a bulk path store the index as given, [`import_by_put`]
+    ///   (the default) recreates it through `put_writes` ([`write_calls`]).
+    /// * As `put` and `put_writes`: a checkpoint at an existing address is replaced, a
+    ///   value at an existing version kept, a regular write at an existing
+    ///   `(checkpoint, task, idx)` kept and a special-channel one replaced; so importing the
+    ///   same tuples again is idempotent, and completes an import that was interrupted.
+    /// * A tuple's parent comes earlier in `tuples` or is stored already (or is absent from
+    ///   both: the checkpoint is stored all the same). Tuples may belong to several threads.
+    /// * No compare-and-set and no fence. Invalid identifiers are rejected as `put` and
+    ///   `put_writes` reject them ([`Error::InvalidInput`]); a backend with a bulk path
+    ///   rejects the whole call before writing anything, others may have stored the tuples
+    ///   before the invalid one. No atomicity is promised across tuples.
+    ///
+    /// [`import_by_put`]: crate::backend::import_by_put
+    /// [`write_calls`]: crate::backend::write_calls
+    async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
+        crate::backend::import_by_put(self, tuples).await
+    }
+
     /// Deletes every checkpoint, value and pending write of a thread, in all namespaces.
     /// Deleting an unknown thread (the empty thread id included: it can hold nothing) is a
     /// no-op.
@@ -356,6 +384,9 @@ macro_rules! forward_saver {
                 options: PutWritesOptions,
             ) -> Result<()> {
                 (**self).put_writes(config, writes, task_id, options).await
+            }
+            async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
+                (**self).import(tuples).await
             }
             async fn delete_thread(&self, thread_id: &str) -> Result<()> {
                 (**self).delete_thread(thread_id).await

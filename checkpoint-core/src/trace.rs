@@ -283,6 +283,11 @@ impl<S: Saver> Saver for Tracing<S> {
         .await
     }
 
+    async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
+        let span = self.span("import", None, None);
+        traced(span, self.inner.import(tuples)).await
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<()> {
         let span = self.span("delete_thread", Some(thread_id), None);
         traced(span, self.inner.delete_thread(thread_id)).await

@@ -155,6 +155,10 @@ impl Saver for PostgresSaver {
         write::put_writes(&self.inner, config, writes, task_id, options).await
     }
 
+    async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
+        write::import(&self.inner, tuples).await
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<()> {
         admin::delete_thread(&self.inner, thread_id).await
     }

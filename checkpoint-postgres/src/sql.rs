@@ -229,6 +229,44 @@ cp AS (
 SELECT fence_ok, cas_ok, head, current_token FROM gate
 ";
 
+/// `import`: values, checkpoints and pending writes of any number of checkpoints, as
+/// parallel arrays: $1..$6 values (thread, ns, channel, version, type, blob: NULL for a
+/// removed channel), kept when the version exists; $7..$12 checkpoints (thread, ns, id,
+/// parent, checkpoint JSON text, metadata JSON text), replaced when the address exists;
+/// $13..$22 writes (thread, ns, checkpoint id, task, task path, idx, channel, type, blob,
+/// replace), kept when `(checkpoint, task, idx)` exists unless `replace` (special
+/// channels). Each key occurs once in its arrays; the caller ensures it.
+pub(crate) const IMPORT: &str = "
+WITH blobs AS (
+    INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+),
+cps AS (
+    INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
+    SELECT u.t, u.n, u.c, u.p, u.cp::jsonb, u.m::jsonb
+    FROM unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) AS u(t, n, c, p, cp, m)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+        checkpoint = EXCLUDED.checkpoint,
+        metadata = EXCLUDED.metadata,
+        parent_checkpoint_id = EXCLUDED.parent_checkpoint_id
+),
+w AS (
+    SELECT * FROM unnest($13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
+                         $18::int[], $19::text[], $20::text[], $21::bytea[], $22::bool[])
+        AS u(t, n, c, task, path, idx, channel, type, blob, replace)
+),
+kept AS (
+    INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+    SELECT t, n, c, task, path, idx, channel, type, blob FROM w WHERE NOT replace
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+)
+INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT t, n, c, task, path, idx, channel, type, blob FROM w WHERE replace
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path
+";
+
 macro_rules! put_writes {
     ($conflict:literal) => {
         concat!(

@@ -1,10 +1,14 @@
 //! Writes: `put` and `put_writes`, one statement each (values, checkpoint, compare-and-set
-//! and fence check in one round trip; see `sql::PUT`).
+//! and fence check in one round trip; see `sql::PUT`), and `import`, one statement for any
+//! number of checkpoints (`sql::IMPORT`).
 
-use checkpoint_core::writes::{replaces_existing, write_index};
+use std::collections::BTreeMap;
+
+use checkpoint_core::backend::put_address;
+use checkpoint_core::writes::{replaces_existing, special_index, write_index};
 use checkpoint_core::{
-    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, Error, PutMode, PutOptions,
-    PutWritesOptions, Result, TypedValue,
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, Error,
+    PutMode, PutOptions, PutWritesOptions, Result, TypedValue,
 };
 use serde_json::{Map, Value};
 use sqlx::Row;
@@ -27,22 +31,7 @@ pub(crate) async fn put(
     IDENTIFIERS.check_put(config, &checkpoint, &new_versions)?;
     let metadata_json = Value::Object(metadata.0);
     check_json("metadata", &metadata_json)?;
-    let column = CheckpointColumn {
-        v: checkpoint.v,
-        id: &checkpoint.id,
-        ts: &checkpoint.ts,
-        channel_values: Map::new(),
-        channel_versions: &checkpoint.channel_versions,
-        versions_seen: &checkpoint.versions_seen,
-        updated_channels: (checkpoint.v >= 4 || checkpoint.updated_channels.is_some())
-            .then_some(&checkpoint.updated_channels),
-    };
-    let column =
-        serde_json::to_value(&column).map_err(|e| Error::serialization("checkpoint column", e))?;
-    check_json(
-        "checkpoint (channel names, versions, node names, ts)",
-        &column,
-    )?;
+    let column = checkpoint_column(&checkpoint)?;
 
     let mut channels = Vec::with_capacity(new_versions.len());
     let mut versions = Vec::with_capacity(new_versions.len());
@@ -102,6 +91,28 @@ pub(crate) async fn put(
         .with_checkpoint_id(checkpoint.id))
 }
 
+/// The `checkpoints.checkpoint` JSONB of a checkpoint: everything but its values (those are
+/// blobs), checked for what JSONB cannot store.
+fn checkpoint_column(checkpoint: &Checkpoint) -> Result<Value> {
+    let column = CheckpointColumn {
+        v: checkpoint.v,
+        id: &checkpoint.id,
+        ts: &checkpoint.ts,
+        channel_values: Map::new(),
+        channel_versions: &checkpoint.channel_versions,
+        versions_seen: &checkpoint.versions_seen,
+        updated_channels: (checkpoint.v >= 4 || checkpoint.updated_channels.is_some())
+            .then_some(&checkpoint.updated_channels),
+    };
+    let column =
+        serde_json::to_value(&column).map_err(|e| Error::serialization("checkpoint column", e))?;
+    check_json(
+        "checkpoint (channel names, versions, node names, ts)",
+        &column,
+    )?;
+    Ok(column)
+}
+
 pub(crate) async fn put_writes(
     inner: &Inner,
     config: &CheckpointConfig,
@@ -159,4 +170,202 @@ pub(crate) async fn put_writes(
         ));
     }
     Ok(())
+}
+
+/// `import`: every tuple's values, checkpoint and pending writes in one statement
+/// (`sql::IMPORT`), so one round trip and one transaction whatever the number of tuples.
+/// Everything is checked before anything is sent. Within the call, a value version is sent
+/// once (the first tuple naming it wins, as a later `put` would keep it), a checkpoint
+/// address once (the last wins, as a later `put` replaces it), and a write key once (the
+/// first regular write or the last special one, as `put_writes` would leave them).
+pub(crate) async fn import(inner: &Inner, tuples: Vec<CheckpointTuple>) -> Result<()> {
+    let mut blobs = ImportBlobs::default();
+    let mut checkpoints: BTreeMap<(String, String, String), ImportCheckpoint> = BTreeMap::new();
+    let mut writes: BTreeMap<(String, String, String, String, i32), ImportWrite> = BTreeMap::new();
+    for tuple in tuples {
+        let at = put_address(&tuple);
+        IDENTIFIERS.check_put(&at, &tuple.checkpoint, &tuple.checkpoint.channel_versions)?;
+        let metadata = Value::Object(tuple.metadata.0);
+        check_json("metadata", &metadata)?;
+        let column = checkpoint_column(&tuple.checkpoint)?;
+        let (thread, ns) = (at.thread_id, at.checkpoint_ns);
+        for (channel, version) in &tuple.checkpoint.channel_versions {
+            blobs.push(
+                &thread,
+                &ns,
+                channel,
+                version.to_string(),
+                tuple.checkpoint.channel_values.get(channel),
+            );
+        }
+        for w in tuple.pending_writes {
+            IDENTIFIERS.check("task_id", &w.task_id)?;
+            IDENTIFIERS.check("task_path", &w.task_path)?;
+            IDENTIFIERS.check("write channel", &w.channel)?;
+            let idx = i32::try_from(w.idx)
+                .map_err(|_| Error::invalid(format!("write index {} out of range", w.idx)))?;
+            let key = (
+                thread.clone(),
+                ns.clone(),
+                tuple.checkpoint.id.clone(),
+                w.task_id.clone(),
+                idx,
+            );
+            let replace = special_index(&w.channel) == Some(w.idx);
+            if replace || !writes.contains_key(&key) {
+                writes.insert(
+                    key,
+                    ImportWrite {
+                        task_path: w.task_path,
+                        channel: w.channel,
+                        value: w.value,
+                        replace,
+                    },
+                );
+            }
+        }
+        checkpoints.insert(
+            (thread, ns, tuple.checkpoint.id),
+            ImportCheckpoint {
+                parent: at.checkpoint_id,
+                checkpoint: column.to_string(),
+                metadata: metadata.to_string(),
+            },
+        );
+    }
+    if checkpoints.is_empty() {
+        return Ok(());
+    }
+    let mut c = ImportColumns::default();
+    for ((thread, ns, id), cp) in checkpoints {
+        c.cp_thread.push(thread);
+        c.cp_ns.push(ns);
+        c.cp_id.push(id);
+        c.cp_parent.push(cp.parent);
+        c.cp_checkpoint.push(cp.checkpoint);
+        c.cp_metadata.push(cp.metadata);
+    }
+    let mut w_types = Vec::with_capacity(writes.len());
+    let mut w_blobs = Vec::with_capacity(writes.len());
+    for ((thread, ns, id, task, idx), w) in writes {
+        c.w_thread.push(thread);
+        c.w_ns.push(ns);
+        c.w_id.push(id);
+        c.w_task.push(task);
+        c.w_path.push(w.task_path);
+        c.w_idx.push(idx);
+        c.w_channel.push(w.channel);
+        c.w_replace.push(w.replace);
+        w_types.push(w.value.type_tag.as_str().to_owned());
+        w_blobs.push(w.value.bytes);
+    }
+    let w_blobs: Vec<&[u8]> = w_blobs.iter().map(|b| &b[..]).collect();
+    let b_blobs: Vec<Option<&[u8]>> = blobs.blob.iter().map(|b| b.as_deref()).collect();
+    sqlx::query(sql::IMPORT)
+        .bind(&blobs.thread)
+        .bind(&blobs.ns)
+        .bind(&blobs.channel)
+        .bind(&blobs.version)
+        .bind(&blobs.ty)
+        .bind(&b_blobs)
+        .bind(&c.cp_thread)
+        .bind(&c.cp_ns)
+        .bind(&c.cp_id)
+        .bind(&c.cp_parent)
+        .bind(&c.cp_checkpoint)
+        .bind(&c.cp_metadata)
+        .bind(&c.w_thread)
+        .bind(&c.w_ns)
+        .bind(&c.w_id)
+        .bind(&c.w_task)
+        .bind(&c.w_path)
+        .bind(&c.w_idx)
+        .bind(&c.w_channel)
+        .bind(&w_types)
+        .bind(&w_blobs)
+        .bind(&c.w_replace)
+        .execute(&inner.pool)
+        .await
+        .map_err(classify)?;
+    Ok(())
+}
+
+/// The values of an import, one per `(thread, namespace, channel, version)`: the first
+/// named (a removed channel: type `empty`, no blob).
+#[derive(Default)]
+struct ImportBlobs {
+    seen: std::collections::HashSet<(String, String, String, String)>,
+    thread: Vec<String>,
+    ns: Vec<String>,
+    channel: Vec<String>,
+    version: Vec<String>,
+    ty: Vec<String>,
+    blob: Vec<Option<checkpoint_core::Bytes>>,
+}
+
+impl ImportBlobs {
+    fn push(
+        &mut self,
+        thread: &str,
+        ns: &str,
+        channel: &str,
+        version: String,
+        value: Option<&TypedValue>,
+    ) {
+        let key = (
+            thread.to_owned(),
+            ns.to_owned(),
+            channel.to_owned(),
+            version.clone(),
+        );
+        if !self.seen.insert(key) {
+            return;
+        }
+        self.thread.push(thread.to_owned());
+        self.ns.push(ns.to_owned());
+        self.channel.push(channel.to_owned());
+        self.version.push(version);
+        match value {
+            Some(v) => {
+                self.ty.push(v.type_tag.as_str().to_owned());
+                self.blob.push(Some(v.bytes.clone()));
+            }
+            None => {
+                self.ty.push("empty".to_owned());
+                self.blob.push(None);
+            }
+        }
+    }
+}
+
+struct ImportCheckpoint {
+    parent: Option<String>,
+    checkpoint: String,
+    metadata: String,
+}
+
+struct ImportWrite {
+    task_path: String,
+    channel: String,
+    value: TypedValue,
+    replace: bool,
+}
+
+/// The checkpoint and write columns of `sql::IMPORT`, as parallel arrays.
+#[derive(Default)]
+struct ImportColumns {
+    cp_thread: Vec<String>,
+    cp_ns: Vec<String>,
+    cp_id: Vec<String>,
+    cp_parent: Vec<Option<String>>,
+    cp_checkpoint: Vec<String>,
+    cp_metadata: Vec<String>,
+    w_thread: Vec<String>,
+    w_ns: Vec<String>,
+    w_id: Vec<String>,
+    w_task: Vec<String>,
+    w_path: Vec<String>,
+    w_idx: Vec<i32>,
+    w_channel: Vec<String>,
+    w_replace: Vec<bool>,
 }

@@ -282,3 +282,195 @@ pub async fn delete_for_runs_noops(f: &dyn SaverFactory) {
         addresses(&before)
     );
 }
+
+/// The source of the `import` clauses: two threads (a root and a child namespace each)
+/// written to an [`InMemorySaver`](checkpoint_core::InMemorySaver) with a removed channel,
+/// `null` and bytes values, and pending writes of several tasks and paths whose indexes have
+/// gaps (LangGraph's mixed calls) and include special channels; returned as read back,
+/// oldest first per namespace.
+async fn import_source() -> Vec<checkpoint_core::CheckpointTuple> {
+    use checkpoint_core::writes::{INTERRUPT, RESUME};
+    use checkpoint_core::{
+        CheckpointMetadata, InMemorySaver, PutOptions, PutWritesOptions, Source, TypedValue,
+    };
+    use serde_json::json;
+
+    use crate::fixtures::{step, val};
+
+    let source = InMemorySaver::new();
+    for thread in ["imp-1", "imp-ü"] {
+        for ns in ["", "child:1"] {
+            let mut last: Option<(
+                checkpoint_core::CheckpointConfig,
+                checkpoint_core::Checkpoint,
+            )> = None;
+            for i in 0..4i64 {
+                let changes: Vec<(&str, Option<TypedValue>)> = match i {
+                    0 => vec![
+                        ("messages", Some(val(json!(["hi"])))),
+                        ("blob", Some(TypedValue::from_bytes(vec![0u8, 255, 7]))),
+                        ("nothing", Some(TypedValue::null())),
+                    ],
+                    1 => vec![
+                        ("messages", Some(val(json!(["hi", "there"])))),
+                        ("blob", None),
+                    ],
+                    _ => vec![("counter", Some(val(json!(i))))],
+                };
+                let (checkpoint, versions) = step(last.as_ref().map(|l| &l.1), &changes);
+                let at = match &last {
+                    Some((c, _)) => c.clone(),
+                    None => cfg(thread, ns),
+                };
+                let metadata = CheckpointMetadata::for_step(Source::Loop, i)
+                    .with("thread", thread)
+                    .with("nested", json!({"a": [1, 2.5, null]}));
+                let stored = source
+                    .put(
+                        &at,
+                        checkpoint.clone(),
+                        metadata,
+                        versions,
+                        PutOptions::new(),
+                    )
+                    .await
+                    .unwrap();
+                // A mixed call (regular indexes 1 and 2, RESUME at its fixed index), a
+                // second task under a path, and an interrupt.
+                source
+                    .put_writes(
+                        &stored,
+                        vec![
+                            (RESUME.into(), val(json!("yes"))),
+                            ("messages".into(), val(json!(["w"]))),
+                            ("counter".into(), val(json!(i))),
+                        ],
+                        "task-a",
+                        PutWritesOptions::new().task_path("~a"),
+                    )
+                    .await
+                    .unwrap();
+                source
+                    .put_writes(
+                        &stored,
+                        vec![("other".into(), TypedValue::from_bytes(vec![1u8]))],
+                        "task-b",
+                        PutWritesOptions::new(),
+                    )
+                    .await
+                    .unwrap();
+                if i == 3 {
+                    source
+                        .put_writes(
+                            &stored,
+                            vec![(INTERRUPT.into(), val(json!({"question": "ok?"})))],
+                            "task-b",
+                            PutWritesOptions::new(),
+                        )
+                        .await
+                        .unwrap();
+                }
+                last = Some((stored, checkpoint));
+            }
+        }
+    }
+    let mut tuples = list(&source, ListOptions::new()).await;
+    tuples.sort_by(|a, b| {
+        (
+            &a.config.thread_id,
+            &a.config.checkpoint_ns,
+            &a.checkpoint.id,
+        )
+            .cmp(&(
+                &b.config.thread_id,
+                &b.config.checkpoint_ns,
+                &b.checkpoint.id,
+            ))
+    });
+    tuples
+}
+
+/// `import` stores tuples read from another store exactly: ids, parents, checkpoints
+/// (removed channels, `null` and bytes values), metadata, and pending writes with their
+/// tasks, paths, indexes (gaps included) and special channels; importing again changes
+/// nothing; an empty import is a no-op.
+pub async fn import_stores_tuples_exactly(f: &dyn SaverFactory) {
+    let s = build(f).await;
+    let source = import_source().await;
+    assert_eq!(source.len(), 16);
+    s.import(Vec::new()).await.unwrap();
+    assert!(list(&*s, ListOptions::new()).await.is_empty());
+    s.import(source.clone()).await.unwrap();
+    let read_back = |tuples: Vec<checkpoint_core::CheckpointTuple>| {
+        let mut tuples = tuples;
+        tuples.sort_by(|a, b| {
+            (
+                &a.config.thread_id,
+                &a.config.checkpoint_ns,
+                &a.checkpoint.id,
+            )
+                .cmp(&(
+                    &b.config.thread_id,
+                    &b.config.checkpoint_ns,
+                    &b.checkpoint.id,
+                ))
+        });
+        tuples
+    };
+    let got = read_back(list(&*s, ListOptions::new()).await);
+    assert_eq!(got.len(), source.len());
+    for (ours, theirs) in got.iter().zip(&source) {
+        assert_eq!(ours.config, theirs.config);
+        assert_eq!(
+            ours.parent_config, theirs.parent_config,
+            "{:?}",
+            ours.config
+        );
+        assert_eq!(ours.checkpoint, theirs.checkpoint, "{:?}", ours.config);
+        assert_eq!(ours.metadata, theirs.metadata, "{:?}", ours.config);
+        assert_eq!(
+            ours.pending_writes, theirs.pending_writes,
+            "{:?}",
+            ours.config
+        );
+    }
+    s.import(source.clone()).await.unwrap();
+    assert_eq!(read_back(list(&*s, ListOptions::new()).await), got);
+}
+
+/// `import` over what is stored keeps what `put` and `put_writes` keep: a checkpoint at an
+/// existing address is replaced (metadata), a value at an existing version is kept, a
+/// regular write at an existing `(task, idx)` is kept, a special-channel write is replaced.
+pub async fn import_over_stored_data_keeps_what_put_keeps(f: &dyn SaverFactory) {
+    use checkpoint_core::writes::RESUME;
+    use serde_json::json;
+
+    use crate::fixtures::val;
+
+    let s = build(f).await;
+    let source = import_source().await;
+    s.import(source.clone()).await.unwrap();
+    let mut changed = source[0].clone();
+    changed.metadata = changed.metadata.with("changed", true);
+    let first_value = changed.checkpoint.channel_values["messages"].clone();
+    changed
+        .checkpoint
+        .channel_values
+        .insert("messages".into(), val(json!(["not", "stored"])));
+    for w in &mut changed.pending_writes {
+        w.value = val(json!(format!("new {}", w.channel)));
+    }
+    s.import(vec![changed.clone()]).await.unwrap();
+    let got = s.get_tuple(&changed.config).await.unwrap().unwrap();
+    assert_eq!(got.metadata, changed.metadata);
+    assert_eq!(got.checkpoint.channel_values["messages"], first_value);
+    for (ours, before) in got.pending_writes.iter().zip(&source[0].pending_writes) {
+        assert_eq!((&ours.task_id, ours.idx), (&before.task_id, before.idx));
+        if ours.channel == RESUME {
+            assert_eq!(ours.value, val(json!("new __resume__")));
+        } else {
+            assert_eq!(ours.value, before.value, "{}", ours.channel);
+        }
+    }
+    assert_eq!(got.pending_writes.len(), source[0].pending_writes.len());
+}

@@ -13,10 +13,13 @@
 //!   128-bit digest for entries too long to index as they are;
 //! * [`msgpack`](crate::msgpack): walking stored MessagePack without decoding it;
 //! * [`legacy`]: reading checkpoints of LangGraph's formats before 4;
+//! * [`import_by_put`]: [`Saver::import`](crate::Saver::import) through `put` and
+//!   `put_writes`, for backends without a bulk path;
 //! * [`langgraph`]: reading checkpoints LangGraph's own savers serialized whole;
 //! * [`ReadSource`] and [`ReadOnly`]: a store that is only read, as a [`Saver`](crate::Saver).
 
 mod checks;
+mod import;
 mod index;
 pub mod langgraph;
 pub mod legacy;
@@ -26,6 +29,7 @@ mod read_only;
 pub use checks::{
     Identifiers, validate_claim_request, validate_lease_request, validate_put, validate_put_writes,
 };
+pub use import::{WriteCall, import_by_put, put_address, write_calls};
 pub use index::{canonical_json, canonical_json_into, digest128};
 pub use paging::{Page, collected_keys, paged, paged_keys};
 pub use read_only::{ReadOnly, ReadSource};

@@ -198,3 +198,42 @@ async fn sql_looking_and_oversized_input_is_exact_or_rejected() {
     );
     common::drop_schemas(&url, &[schema]).await;
 }
+
+/// `import` checks every tuple before it sends anything: one hostile tuple (a NUL in a
+/// metadata string, a task id too long to index) among valid ones is `InvalidInput` and
+/// the database is unchanged.
+#[tokio::test]
+async fn import_rejects_the_whole_call_before_writing() {
+    let Some(url) = common::url() else {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "CHECKPOINT_TEST_POSTGRES_URL is required"
+        );
+        return;
+    };
+    let (saver, schema) = common::fresh_saver(&url).await.unwrap();
+    let source = checkpoint_core::InMemorySaver::new();
+    let chain = checkpoint_conformance::fixtures::put_chain(&source, "t", "", 3, "r")
+        .await
+        .unwrap();
+    checkpoint_conformance::fixtures::put_two_writes(&source, &chain[2].config, "task")
+        .await
+        .unwrap();
+    let mut tuples = source.list_all(ListOptions::thread("t")).await.unwrap();
+    tuples.reverse();
+    let before = fingerprint(&saver, &schema).await;
+    let mut nul = tuples.clone();
+    nul[1].metadata = nul[1].metadata.clone().with("bad", "a\0b");
+    let mut long_task = tuples.clone();
+    long_task[2].pending_writes[0].task_id = "x".repeat(MAX_IDENTIFIER_BYTES + 1);
+    for bad in [nul, long_task] {
+        let err = saver.import(bad).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        assert_eq!(fingerprint(&saver, &schema).await, before);
+    }
+    saver.import(tuples.clone()).await.unwrap();
+    let mut back = saver.list_all(ListOptions::thread("t")).await.unwrap();
+    back.reverse();
+    assert_eq!(back, tuples);
+    common::drop_schemas(&url, &[schema]).await;
+}

@@ -568,6 +568,12 @@ impl<S: Saver> Saver for PendingMarkers<S> {
             .await
     }
 
+    /// Forwarded unchanged: an import copies stored data exactly, so nothing of this
+    /// wrapper applies to it.
+    async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
+        self.inner.import(tuples).await
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<()> {
         self.inner.delete_thread(thread_id).await
     }
