@@ -127,21 +127,41 @@ pub async fn verify(
     progress
         .total_threads
         .store(threads.len() as u64, Ordering::Relaxed);
-    let scans: Vec<ThreadScan> = futures::stream::iter(threads.iter().cloned())
+    let listing = futures::stream::iter(threads.iter().cloned())
         .map(|thread| {
-            let (saver, scan, progress) = (saver.clone(), scan.clone(), progress.clone());
+            let (saver, progress) = (saver.clone(), progress.clone());
             async move {
-                let mut found = scan_thread(&*saver, &thread, options, &progress).await?;
-                if let Some(scan) = scan {
-                    scan_records(&*scan, &thread, &mut found).await?;
-                }
+                let found = scan_thread(&*saver, &thread, options, &progress).await?;
                 progress.threads.fetch_add(1, Ordering::Relaxed);
                 Ok::<_, CliError>(found)
             }
         })
         .buffer_unordered(options.jobs.max(1))
-        .try_collect()
-        .await?;
+        .try_collect::<Vec<ThreadScan>>();
+    // The store's records, [`RECORD_BATCH`] threads per call, alongside the listing.
+    let records = async {
+        let Some(scan) = &scan else {
+            return Ok(Vec::new());
+        };
+        let batches: Vec<Vec<String>> = threads
+            .chunks(RECORD_BATCH)
+            .map(<[String]>::to_vec)
+            .collect();
+        futures::stream::iter(batches)
+            .map(|batch| async move {
+                let found = scan.scan_threads(&batch).await?;
+                Ok::<_, CliError>(
+                    found
+                        .into_iter()
+                        .flat_map(|(thread, issues)| record_issues(&thread, issues))
+                        .collect::<Vec<Issue>>(),
+                )
+            })
+            .buffer_unordered(2)
+            .try_collect::<Vec<Vec<Issue>>>()
+            .await
+    };
+    let (scans, records) = futures::try_join!(listing, records)?;
     let mut total = ThreadScan::default();
     for s in scans {
         total.checkpoints += s.checkpoints;
@@ -150,6 +170,7 @@ pub async fn verify(
         total.truncated += s.truncated;
         total.issues.extend(s.issues);
     }
+    total.issues.extend(records.into_iter().flatten());
     let mut issues = total.issues;
     // Threads finish in any order: the report lists by thread, kind and checkpoint.
     issues.sort_by(|a, b| (&a.thread_id, a.kind, &a.at).cmp(&(&b.thread_id, b.kind, &b.at)));
@@ -268,27 +289,28 @@ async fn scan_thread(
     Ok(scan)
 }
 
-/// Adds what the store's own records show (see the module docs).
-async fn scan_records(
-    scan: &dyn IntegrityScan,
-    thread: &str,
-    out: &mut ThreadScan,
-) -> Result<(), CliError> {
-    for issue in scan.scan_thread(thread).await? {
-        let kind = match issue {
-            StorageIssue::MissingValue { .. } => IssueKind::MissingValue,
-            StorageIssue::WritesWithoutCheckpoint { .. } => IssueKind::WritesWithoutCheckpoint,
-            _ => continue,
-        };
-        let (ns, id) = issue.at();
-        out.issues.push(Issue {
-            kind,
-            thread_id: thread.to_owned(),
-            at: Some((ns.to_owned(), id.to_owned())),
-            detail: issue.to_string(),
-        });
-    }
-    Ok(())
+/// Threads per [`IntegrityScan::scan_threads`] call.
+const RECORD_BATCH: usize = 64;
+
+/// What the store's own records show about a thread (see the module docs), as issues.
+fn record_issues(thread: &str, found: Vec<StorageIssue>) -> Vec<Issue> {
+    found
+        .into_iter()
+        .filter_map(|issue| {
+            let kind = match issue {
+                StorageIssue::MissingValue { .. } => IssueKind::MissingValue,
+                StorageIssue::WritesWithoutCheckpoint { .. } => IssueKind::WritesWithoutCheckpoint,
+                _ => return None,
+            };
+            let (ns, id) = issue.at();
+            Some(Issue {
+                kind,
+                thread_id: thread.to_owned(),
+                at: Some((ns.to_owned(), id.to_owned())),
+                detail: issue.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// Checks the values of `tuple`: each stored channel value once per thread (`checked`

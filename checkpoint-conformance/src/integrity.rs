@@ -121,6 +121,19 @@ where
         "the lost value is found: {scan:#?}"
     );
     assert_eq!(scan.len(), 2, "nothing else: {scan:#?}");
+    // Several threads at once: the same issues, only for the threads that have some.
+    let together = saver
+        .scan_threads(&[
+            "no-such-thread".to_owned(),
+            thread.to_owned(),
+            "also-absent".to_owned(),
+        ])
+        .await
+        .expect("scan_threads");
+    assert_eq!(
+        together.into_iter().collect::<Vec<_>>(),
+        vec![(thread.to_owned(), scan.clone())]
+    );
     let first = saver
         .get_tuple(&CheckpointConfig::new(thread).with_checkpoint_id(ids[0].clone()))
         .await

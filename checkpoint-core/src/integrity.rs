@@ -9,6 +9,8 @@
 //! channel) implements [`IntegrityScan`] so tools such as `checkpoint verify` can report the
 //! loss.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 
 use crate::Result;
@@ -128,4 +130,22 @@ pub trait IntegrityScan: Send + Sync {
     /// checkpoint id. An unknown thread has none. Reads only; the work is proportional to
     /// the thread's stored records (values are not decoded).
     async fn scan_thread(&self, thread_id: &str) -> Result<Vec<StorageIssue>>;
+
+    /// [`scan_thread`](Self::scan_thread) of several threads: the issues of each thread
+    /// that has some, by thread id (a thread without issues, or unknown, has no entry). The
+    /// default scans them one at a time; a backend may answer for all of them in a bounded
+    /// number of round trips.
+    async fn scan_threads(
+        &self,
+        thread_ids: &[String],
+    ) -> Result<BTreeMap<String, Vec<StorageIssue>>> {
+        let mut out = BTreeMap::new();
+        for thread in thread_ids {
+            let issues = self.scan_thread(thread).await?;
+            if !issues.is_empty() {
+                out.insert(thread.clone(), issues);
+            }
+        }
+        Ok(out)
+    }
 }

@@ -1,6 +1,8 @@
 //! Maintenance: `delete_thread`, `copy_thread`, `prune` and `delete_for_runs`, one statement
 //! each (atomic), and the integrity scan.
 
+use std::collections::BTreeMap;
+
 use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue};
 
 use crate::core::Inner;
@@ -79,26 +81,57 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
     Ok(())
 }
 
-/// The integrity scan of one thread (see [`IntegrityScan`](checkpoint_core::IntegrityScan)):
-/// two index-driven reads.
-pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<StorageIssue>> {
-    if !storable(thread_id) {
-        return Ok(Vec::new());
+/// The integrity scan of threads (see [`IntegrityScan`](checkpoint_core::IntegrityScan)):
+/// two index-driven reads in one transaction, whatever the number of threads.
+pub(crate) async fn scan_threads(
+    inner: &Inner,
+    thread_ids: &[String],
+) -> Result<BTreeMap<String, Vec<StorageIssue>>> {
+    let ids: Vec<&str> = thread_ids
+        .iter()
+        .map(String::as_str)
+        .filter(|t| storable(t))
+        .collect();
+    if ids.is_empty() {
+        return Ok(BTreeMap::new());
     }
-    let missing: Vec<(String, String, String, String)> = sqlx::query_as(sql::SCAN_MISSING_VALUES)
-        .bind(thread_id)
-        .fetch_all(&inner.pool)
+    // JIT compilation costs more than these index-driven reads ever take, and a freshly
+    // imported database (no statistics yet: estimates in the millions) would pay it.
+    let mut tx = inner.pool.begin().await.map_err(classify)?;
+    sqlx::query("SET LOCAL jit = off")
+        .execute(&mut *tx)
         .await
         .map_err(classify)?;
-    let orphans: Vec<(String, String, i64)> = sqlx::query_as(sql::SCAN_WRITES_WITHOUT_CHECKPOINT)
-        .bind(thread_id)
-        .fetch_all(&inner.pool)
-        .await
-        .map_err(classify)?;
-    Ok(StorageIssue::collect(
-        missing,
-        orphans
-            .into_iter()
-            .map(|(ns, id, n)| (ns, id, u64::try_from(n).unwrap_or_default())),
-    ))
+    let missing =
+        sqlx::query_as::<_, (String, String, String, String, String)>(sql::SCAN_MISSING_VALUES)
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(classify)?;
+    let orphans =
+        sqlx::query_as::<_, (String, String, String, i64)>(sql::SCAN_WRITES_WITHOUT_CHECKPOINT)
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(classify)?;
+    tx.commit().await.map_err(classify)?;
+    let mut by_thread: BTreeMap<String, (Vec<_>, Vec<_>)> = BTreeMap::new();
+    for (thread, ns, id, channel, version) in missing {
+        by_thread
+            .entry(thread)
+            .or_default()
+            .0
+            .push((ns, id, channel, version));
+    }
+    for (thread, ns, id, n) in orphans {
+        by_thread
+            .entry(thread)
+            .or_default()
+            .1
+            .push((ns, id, u64::try_from(n).unwrap_or_default()));
+    }
+    Ok(by_thread
+        .into_iter()
+        .map(|(thread, (missing, orphans))| (thread, StorageIssue::collect(missing, orphans)))
+        .collect())
 }

@@ -208,6 +208,14 @@ impl Saver for PostgresSaver {
 #[async_trait]
 impl IntegrityScan for PostgresSaver {
     async fn scan_thread(&self, thread_id: &str) -> Result<Vec<StorageIssue>> {
-        admin::scan_thread(&self.inner, thread_id).await
+        let mut found = admin::scan_threads(&self.inner, &[thread_id.to_owned()]).await?;
+        Ok(found.remove(thread_id).unwrap_or_default())
+    }
+
+    async fn scan_threads(
+        &self,
+        thread_ids: &[String],
+    ) -> Result<BTreeMap<String, Vec<StorageIssue>>> {
+        admin::scan_threads(&self.inner, thread_ids).await
     }
 }

@@ -575,32 +575,48 @@ UPDATE checkpoint_ledger SET state = 'abandoned', updated_at = now()
 WHERE key = $1 AND token = $2 AND state = 'pending'
 ";
 
-/// Integrity scan of thread $1: every (namespace, checkpoint, channel, version) a checkpoint
-/// names with neither a `checkpoint_blobs` row (an emptied channel has one of type `empty`)
-/// nor a value kept inline in its JSON (LangGraph's Python saver inlines primitive values).
+/// Integrity scan of the threads $1 (an array): values a checkpoint names (through its
+/// `channel_versions`, and not inline in its JSON) that no blob holds, as (thread,
+/// namespace, checkpoint id, channel, version).
+///
+/// Both scans are written as index probes the planner cannot reorder: each thread's rows
+/// through its index (a `LATERAL` subquery kept apart by `OFFSET 0`), each named value or
+/// checkpoint probed once (`LATERAL ... LIMIT 1`). With `thread_id = ANY($1)` and
+/// `NOT EXISTS`, PostgreSQL planned a freshly imported database (no statistics yet) with
+/// sequential scans and sorted anti-joins: 0.7 s per 64 threads of a 200,000-checkpoint set
+/// instead of 22 ms (14 ms with statistics).
 pub(crate) const SCAN_MISSING_VALUES: &str = "
-SELECT c.checkpoint_ns, c.checkpoint_id, v.key, v.value
-FROM checkpoints c
+SELECT t.id, c.checkpoint_ns, c.checkpoint_id, v.key, v.value
+FROM unnest($1::text[]) AS t(id)
+CROSS JOIN LATERAL (
+    SELECT c.checkpoint_ns, c.checkpoint_id, c.checkpoint FROM checkpoints c
+    WHERE c.thread_id = t.id OFFSET 0) c
 CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
-WHERE c.thread_id = $1
+LEFT JOIN LATERAL (
+    SELECT 1 AS found FROM checkpoint_blobs b
+    WHERE b.thread_id = t.id AND b.checkpoint_ns = c.checkpoint_ns
+      AND b.channel = v.key AND b.version = v.value
+    LIMIT 1) x ON true
+WHERE x.found IS NULL
   AND NOT coalesce(c.checkpoint -> 'channel_values' ? v.key, false)
-  AND NOT EXISTS (
-      SELECT 1 FROM checkpoint_blobs b
-      WHERE b.thread_id = $1 AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key
-        AND b.version = v.value)
-ORDER BY 1, 2, 3";
+ORDER BY 1, 2, 3, 4";
 
-/// Integrity scan of thread $1: pending writes per (namespace, checkpoint) whose checkpoint
-/// is not stored.
+/// Integrity scan of the threads $1 (an array): pending writes per (thread, namespace,
+/// checkpoint) whose checkpoint is not stored (see [`SCAN_MISSING_VALUES`] for the form).
 pub(crate) const SCAN_WRITES_WITHOUT_CHECKPOINT: &str = "
-SELECT w.checkpoint_ns, w.checkpoint_id, count(*)
-FROM checkpoint_writes w
-WHERE w.thread_id = $1 AND NOT EXISTS (
-    SELECT 1 FROM checkpoints c
-    WHERE c.thread_id = $1 AND c.checkpoint_ns = w.checkpoint_ns
-      AND c.checkpoint_id = w.checkpoint_id)
-GROUP BY 1, 2
-ORDER BY 1, 2";
+SELECT t.id, w.checkpoint_ns, w.checkpoint_id, count(*)
+FROM unnest($1::text[]) AS t(id)
+CROSS JOIN LATERAL (
+    SELECT w.checkpoint_ns, w.checkpoint_id FROM checkpoint_writes w
+    WHERE w.thread_id = t.id OFFSET 0) w
+LEFT JOIN LATERAL (
+    SELECT 1 AS found FROM checkpoints c
+    WHERE c.thread_id = t.id AND c.checkpoint_ns = w.checkpoint_ns
+      AND c.checkpoint_id = w.checkpoint_id
+    LIMIT 1) x ON true
+WHERE x.found IS NULL
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3";
 
 /// A page of `list_threads`: up to $2 distinct thread ids after $1, ascending (the primary
 /// key's order).

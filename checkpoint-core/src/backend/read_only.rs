@@ -150,4 +150,11 @@ impl<S: ReadSource + IntegrityScan> IntegrityScan for ReadOnly<S> {
     async fn scan_thread(&self, thread_id: &str) -> Result<Vec<StorageIssue>> {
         self.0.scan_thread(thread_id).await
     }
+
+    async fn scan_threads(
+        &self,
+        thread_ids: &[String],
+    ) -> Result<std::collections::BTreeMap<String, Vec<StorageIssue>>> {
+        self.0.scan_threads(thread_ids).await
+    }
 }
