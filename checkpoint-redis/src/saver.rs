@@ -150,6 +150,13 @@ impl Saver for RedisSaver {
         write::put_writes(&self.inner, config, writes, task_id, options).await
     }
 
+    async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
+        if self.inner.link.is_cluster() {
+            return checkpoint_core::backend::import_by_put(self, tuples).await;
+        }
+        write::import(&self.inner, tuples).await
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<()> {
         admin::delete_thread(&self.inner, thread_id).await
     }

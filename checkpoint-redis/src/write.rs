@@ -1,4 +1,4 @@
-//! Writes: `put` and `put_writes`, each one atomic round trip.
+//! Writes: `put` and `put_writes`, each one atomic round trip, and `import`.
 //!
 //! A put takes one of three paths (see `lua/put.lua` for the script's side):
 //!
@@ -12,11 +12,11 @@
 //! * **Cluster**: the global index entry first (its own slot, `gindex.lua`), then one
 //!   `put.lua` call in the thread's slot with the values as arguments (mode `V`).
 
-use checkpoint_core::backend::Identifiers;
-use checkpoint_core::writes::{replaces_existing, write_index};
+use checkpoint_core::backend::{Identifiers, put_address};
+use checkpoint_core::writes::{replaces_existing, special_index, write_index};
 use checkpoint_core::{
-    Bytes, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, Error, PutMode,
-    PutOptions, PutWritesOptions, Result, TypedValue,
+    Bytes, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
+    Error, PendingWrite, PutMode, PutOptions, PutWritesOptions, Result, TypedValue,
 };
 use redis::{Cmd, Value};
 
@@ -373,4 +373,161 @@ pub(crate) async fn put_writes(
         }
         other => Err(protocol(format!("put_writes answered {other:?}"))),
     }
+}
+
+/// `import` on a single server (a Cluster uses the default, `put` by `put`). Every tuple is
+/// checked first. Per thread, the checkpoints go in one `MULTI`/`EXEC` written as `put`
+/// writes a new checkpoint (chunks, values, index entries, the record with `HSETNX`, one
+/// TTL refresh); a tuple whose id was stored already is then put again through `put`
+/// (which replaces the record). A tuple whose parent is the tuple before it sends only the
+/// channels whose version changed. Then the pending writes, with their indexes as given, in
+/// one `put_writes` script call per task and kind (regular writes kept if present, special
+/// ones replaced), all sent at once.
+pub(crate) async fn import(inner: &Inner, tuples: Vec<CheckpointTuple>) -> Result<()> {
+    for t in &tuples {
+        IDENTIFIERS.check_put(
+            &put_address(t),
+            &t.checkpoint,
+            &t.checkpoint.channel_versions,
+        )?;
+        for w in &t.pending_writes {
+            IDENTIFIERS.check("task_id", &w.task_id)?;
+            IDENTIFIERS.check("task_path", &w.task_path)?;
+            IDENTIFIERS.check("write channel", &w.channel)?;
+        }
+    }
+    for thread in tuples.chunk_by(|a, b| a.config.thread_id == b.config.thread_id) {
+        import_thread(inner, thread).await?;
+    }
+    Ok(())
+}
+
+async fn import_thread(inner: &Inner, tuples: &[CheckpointTuple]) -> Result<()> {
+    let Some(first) = tuples.first() else {
+        return Ok(());
+    };
+    let thread = first.config.thread_id.as_str();
+    let keys = inner.thread_keys(thread, true);
+    let mut prelude = Vec::new();
+    let mut records = Vec::with_capacity(tuples.len());
+    let mut last: Option<(&str, &str, &ChannelVersions)> = None;
+    for t in tuples {
+        let at = put_address(t);
+        let ns = at.checkpoint_ns.as_str();
+        let parent_versions = last
+            .filter(|(last_ns, last_id, _)| {
+                *last_ns == ns && at.checkpoint_id.as_deref() == Some(*last_id)
+            })
+            .map(|(_, _, versions)| versions);
+        let new_versions: ChannelVersions = t
+            .checkpoint
+            .channel_versions
+            .iter()
+            .filter(|(c, v)| parent_versions.is_none_or(|p| p.get(*c) != Some(*v)))
+            .map(|(c, v)| (c.clone(), v.clone()))
+            .collect();
+        let id = t.checkpoint.id.as_str();
+        let p = Prepared::new(
+            inner,
+            &at,
+            t.checkpoint.clone(),
+            t.metadata.clone(),
+            &new_versions,
+        )?;
+        if !p.chunks.is_empty() {
+            let mut c = redis::cmd("HSET");
+            c.arg(&keys[BL]);
+            for (field, chunk) in &p.chunks {
+                c.arg(&field[..]).arg(&chunk[..]);
+            }
+            prelude.push(c);
+        }
+        for pair in p.blobs.chunks_exact(2) {
+            let mut c = redis::cmd("HSETNX");
+            c.arg(&keys[BL]).arg(&pair[0][..]).arg(&pair[1][..]);
+            prelude.push(c);
+        }
+        let mut c = redis::cmd("ZADD");
+        c.arg(&keys[MI]).arg(&p.thread_index);
+        prelude.push(c);
+        let mut c = redis::cmd("ZADD");
+        c.arg(&keys[GMI])
+            .arg(global_index_args(&gref(id, thread, ns), &p.record.tokens));
+        prelude.push(c);
+        let mut c = redis::cmd("HSETNX");
+        c.arg(&keys[CP]).arg(tref(id, ns)).arg(&p.record.bytes[..]);
+        records.push(c);
+        last = Some((
+            t.config.checkpoint_ns.as_str(),
+            id,
+            &t.checkpoint.channel_versions,
+        ));
+    }
+    let stored = records.len();
+    prelude.extend(records);
+    let touch = TouchArgs {
+        ttl_ms: inner.default_ttl_ms,
+    }
+    .call(keys[..=OPT].to_vec());
+    let replies = match inner.link.eval_after(prelude, stored, &touch).await {
+        Some(r) => r?,
+        None => return Err(protocol("a single-node import found a cluster link")),
+    };
+    for (t, reply) in tuples.iter().zip(&replies) {
+        if number(reply)? == 0 {
+            put(
+                inner,
+                &put_address(t),
+                t.checkpoint.clone(),
+                t.metadata.clone(),
+                t.checkpoint.channel_versions.clone(),
+                PutOptions::new(),
+            )
+            .await?;
+        }
+    }
+    let mut calls = Vec::new();
+    for t in tuples {
+        let mut groups: std::collections::BTreeMap<(&str, &str, bool), Vec<&PendingWrite>> =
+            std::collections::BTreeMap::new();
+        for w in &t.pending_writes {
+            let replace = special_index(&w.channel) == Some(w.idx);
+            groups
+                .entry((w.task_id.as_str(), w.task_path.as_str(), replace))
+                .or_default()
+                .push(w);
+        }
+        for ((task_id, task_path, replace), writes) in groups {
+            let task_path = esc(task_path);
+            let writes = writes
+                .into_iter()
+                .map(|w| {
+                    let mut tail = esc(task_id);
+                    tail.extend_from_slice(&idx8(w.idx));
+                    (tail, encode_write(&task_path, &w.channel, &w.value))
+                })
+                .collect();
+            calls.push(PutWritesArgs {
+                ttl_ms: inner.default_ttl_ms,
+                fence: None,
+                tref: tref(&t.checkpoint.id, &t.config.checkpoint_ns),
+                replace,
+                task_path,
+                writes,
+            });
+        }
+    }
+    let replies = futures::future::try_join_all(
+        calls
+            .into_iter()
+            .map(|a| inner.eval_thread(a, thread, false)),
+    )
+    .await?;
+    for reply in replies {
+        match reply_status(&reply)? {
+            "OK" => {}
+            other => return Err(protocol(format!("put_writes answered {other:?}"))),
+        }
+    }
+    Ok(())
 }
