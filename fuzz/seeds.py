@@ -1,7 +1,8 @@
 """Writes the committed seed corpora of the fuzz targets (corpus/<target>/) from the test
 fixtures: every value of checkpoint-sanitize/fixtures/cases (LangGraph, LangChain, OpenAI and
-Anthropic message lists as MessagePack and JSON), plus small hand-made stored forms for the
-Redis and MongoDB targets. Run from the repository root: python3 fuzz/seeds.py"""
+Anthropic message lists as MessagePack and JSON), the whole checkpoints of the LangGraph
+SQLite fixture (checkpoint-sqlite/interop/fixture.json, read by the LangGraph decoders), plus
+small hand-made stored forms for the Redis and MongoDB targets (ours and LangGraph's). Run from the repository root: python3 fuzz/seeds.py"""
 
 import hashlib
 import json
@@ -23,6 +24,16 @@ for case in cases:
     data = bytes.fromhex(fixture["hex"])
     write("messages", data)
     write("msgpack" if fixture["type"] == "msgpack" else "json", data)
+
+
+# LangGraph's whole checkpoints, as its SqliteSaver (and MongoDBSaver) store them.
+lg = json.loads((root.parent / "checkpoint-sqlite/interop/fixture.json").read_text())
+lg_checkpoints = []
+for line in lg["sql"]:
+    if line.startswith('INSERT INTO "checkpoints"'):
+        blob = bytes.fromhex(line.split("X'", 1)[1].split("'", 1)[0])
+        lg_checkpoints.append(blob)
+        write("msgpack", blob)
 
 
 def resp(v) -> bytes:
@@ -49,8 +60,25 @@ def bson_doc(fields: list[tuple[str, object]]) -> bytes:
             body += b"\x12" + key + struct.pack("<q", value)
         elif isinstance(value, bytes):
             body += b"\x05" + key + struct.pack("<i", len(value)) + b"\x00" + value
+        elif isinstance(value, list):
+            # An array: a document keyed "0", "1", ...
+            inner = bson_doc([(str(i), x) for i, x in enumerate(value)])
+            body += b"\x04" + key + inner
+        elif isinstance(value, dict):
+            body += b"\x03" + key + bson_doc(list(value.items()))
     return struct.pack("<i", len(body) + 5) + body + b"\x00"
 
 
 write("mongo_stored", bson_doc([("t", "thread"), ("n", ""), ("c", "1f1e"), ("ty", "msgpack"), ("v", b"\x91\x01")]))
 write("mongo_stored", bson_doc([("k", "task"), ("r", 1), ("i", 0), ("ch", "messages"), ("p", "~a")]))
+# LangGraph's own MongoDB documents (langgraph-checkpoint-mongodb): a checkpoint with
+# typed metadata leaves, and a pending write.
+write("mongo_stored", bson_doc([
+    ("thread_id", "t"), ("checkpoint_ns", ""), ("checkpoint_id", "1f1e"), ("type", "msgpack"),
+    ("checkpoint", lg_checkpoints[0]),
+    ("metadata", {"source": ["msgpack", b"\xa4loop"], "step": ["msgpack", b"\x03"], "parents": {}}),
+]))
+write("mongo_stored", bson_doc([
+    ("thread_id", "t"), ("checkpoint_ns", ""), ("checkpoint_id", "1f1e"), ("task_id", "k"),
+    ("task_path", ""), ("idx", -3), ("channel", "__interrupt__"), ("type", "msgpack"), ("value", b"\x90"),
+]))

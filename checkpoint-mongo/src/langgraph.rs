@@ -517,6 +517,13 @@ fn decode_write_doc(d: &Document) -> Result<(Address, PendingWrite)> {
     Ok((at, write))
 }
 
+/// Decodes `doc` as a LangGraph checkpoint and as a pending write (the fuzz target's entry).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_document(doc: &Document) {
+    let _ = decode_checkpoint_doc(doc);
+    let _ = decode_write_doc(doc);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,8 +28,8 @@ pub mod fuzzing {
     use mongodb::bson::Document;
 
     /// Reads `bytes` as a BSON document and decodes it as every stored document this crate
-    /// reads back: a checkpoint, a pending-writes document and its entries, a value. Must
-    /// never panic.
+    /// reads back: a checkpoint, a pending-writes document and its entries, a value, and
+    /// LangGraph's checkpoint and pending-write documents. Must never panic.
     pub fn stored_document(bytes: &[u8]) {
         let Ok(doc) = Document::from_reader(bytes) else {
             return;
@@ -37,6 +37,7 @@ pub mod fuzzing {
         let _ = crate::codec::checkpoint_row(doc.clone());
         let _ = crate::codec::writes_row(doc.clone());
         let _ = crate::codec::get_value(&mut doc.clone(), "fuzz");
+        crate::langgraph::fuzz_document(&doc);
     }
 }
 

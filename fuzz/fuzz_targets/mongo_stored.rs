@@ -1,5 +1,5 @@
 //! What checkpoint-mongo reads back from the server: checkpoint, pending-writes and value
-//! documents (the input read as BSON).
+//! documents, in its own layout and in LangGraph's (the input read as BSON).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
