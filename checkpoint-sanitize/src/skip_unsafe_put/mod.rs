@@ -547,9 +547,22 @@ impl<S: Saver> Saver for SkipUnsafePut<S> {
     }
 
     /// Forwarded unchanged: an import copies stored data exactly, so nothing of this
-    /// wrapper applies to it.
+    /// wrapper applies to it. What the wrapper remembers about the imported namespaces
+    /// (skipped checkpoints, values carried to the next put) no longer describes the store
+    /// and is forgotten, as `delete_thread` forgets a thread's.
     async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
-        self.inner.import(tuples).await
+        let namespaces: HashSet<(String, String)> = tuples
+            .iter()
+            .map(|t| (t.config.thread_id.clone(), t.config.checkpoint_ns.clone()))
+            .collect();
+        self.inner.import(tuples).await?;
+        let mut state = self.lock();
+        let touched =
+            |thread: &str, ns: &str| namespaces.contains(&(thread.to_owned(), ns.to_owned()));
+        state.skipped.retain(|k, _| !touched(&k.0, &k.1));
+        state.order.retain(|k| !touched(&k.0, &k.1));
+        state.carry.retain(|k, _| !touched(&k.0, &k.1));
+        Ok(())
     }
 
     async fn delete_thread(&self, thread_id: &str) -> Result<()> {

@@ -1,6 +1,6 @@
 //! `SkipUnsafePut` behaviors beyond the conformance suite and the seed 004 scenario:
 //! compare-and-set on skipped puts, interrupts that make a skipped state durable, parents
-//! naming a skipped id, puts without parent.
+//! naming a skipped id, puts without parent, imports over skipped state.
 
 use checkpoint_core::writes::INTERRUPT;
 use checkpoint_core::{
@@ -220,4 +220,62 @@ async fn the_strict_check_refuses_any_violation_not_only_trailing_calls() {
     assert!(strict.unsafe_calls(&cp).is_some());
     let lenient = SkipUnsafePut::new(InMemorySaver::new(), SkipUnsafePutConfig::default());
     assert!(lenient.unsafe_calls(&cp).is_none());
+}
+
+#[tokio::test]
+async fn an_import_makes_the_wrapper_forget_what_it_skipped_in_those_threads() {
+    let (inner, guard, at, cp) = setup().await;
+    let (skipped, v) = next(Some(&cp), unsafe_list());
+    guard
+        .put(
+            &at,
+            skipped.clone(),
+            CheckpointMetadata::new(),
+            v,
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    // A migration brings the skipped id in as a stored checkpoint (say, from a store
+    // written without the wrapper): from now on it is a real parent, not a skipped one.
+    let address = CheckpointConfig::new("t").with_checkpoint_id(skipped.id.clone());
+    guard
+        .import(vec![checkpoint_core::CheckpointTuple {
+            config: address.clone(),
+            checkpoint: skipped.clone(),
+            metadata: CheckpointMetadata::new(),
+            parent_config: Some(at.clone()),
+            pending_writes: Vec::new(),
+        }])
+        .await
+        .unwrap();
+    let (done, v) = next(Some(&skipped), safe());
+    let stored = guard
+        .put(
+            &address,
+            done,
+            CheckpointMetadata::new(),
+            v,
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    let t = inner.get_tuple(&stored).await.unwrap().unwrap();
+    assert_eq!(
+        t.parent_config.unwrap().checkpoint_id,
+        Some(skipped.id.clone()),
+        "the imported checkpoint is the parent, not the ancestor the skip mapped it to"
+    );
+    // Writes addressed to it are stored, not dropped as writes of a skipped step.
+    guard
+        .put_writes(
+            &address,
+            vec![("messages".into(), safe())],
+            "tools",
+            PutWritesOptions::new(),
+        )
+        .await
+        .unwrap();
+    let imported = inner.get_tuple(&address).await.unwrap().unwrap();
+    assert_eq!(imported.pending_writes.len(), 1);
 }
