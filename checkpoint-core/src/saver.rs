@@ -199,9 +199,12 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     ///   (thread, namespace, `checkpoint.id`) under its `parent_config`'s id with its
     ///   metadata, every channel of its `channel_versions` in `new_versions` (a channel
     ///   without a value is stored as removed), followed by [`put_writes`](Self::put_writes)
-    ///   of its pending writes. A write keeps its task, task path, channel, value and index;
-    ///   backends with a bulk path store the index as given, [`import_by_put`]
-    ///   (the default) recreates it through `put_writes` ([`write_calls`]).
+    ///   of its pending writes. A write keeps its task, task path, channel and value.
+    ///   Backends with a bulk path store its index as given; [`import_by_put`] (the
+    ///   default) recreates it through `put_writes` ([`write_calls`]), which is exact for
+    ///   the writes LangGraph makes (special channels at their fixed indexes, the others at
+    ///   their positions, gaps filled from a special write of the task) and otherwise keeps
+    ///   each task's order.
     /// * As `put` and `put_writes`: a checkpoint at an existing address is replaced, a
     ///   value at an existing version kept, a regular write at an existing
     ///   `(checkpoint, task, idx)` kept and a special-channel one replaced; so importing the

@@ -87,7 +87,10 @@ pub type WriteCall = (PutWritesOptions, String, Vec<(String, TypedValue)>);
 /// special writes: a special write takes its fixed index, not its position, and in a call
 /// with regular writes an existing write is kept, so a filler stores nothing the
 /// special-channel call does not store as well. Without a special write to fill with (or
-/// beyond index 4096) the regular writes keep their order but not their gaps.
+/// beyond index 4096) the regular writes keep their order but not their gaps; a write to a
+/// special channel always gets that channel's fixed index (writes of LangGraph releases
+/// that stored them at their position move there), and a call made only of special writes
+/// replaces existing ones, as `put_writes` does.
 pub fn write_calls(writes: Vec<PendingWrite>) -> Vec<WriteCall> {
     let mut groups: BTreeMap<(String, String), (Vec<PendingWrite>, Vec<PendingWrite>)> =
         BTreeMap::new();
@@ -95,7 +98,7 @@ pub fn write_calls(writes: Vec<PendingWrite>) -> Vec<WriteCall> {
         let group = groups
             .entry((w.task_path.clone(), w.task_id.clone()))
             .or_default();
-        if w.idx < 0 {
+        if special_index(&w.channel).is_some() {
             group.0.push(w);
         } else {
             group.1.push(w);
@@ -111,8 +114,7 @@ pub fn write_calls(writes: Vec<PendingWrite>) -> Vec<WriteCall> {
             .enumerate()
             .any(|(i, w)| usize::try_from(w.idx).ok() != Some(i));
         let filler = special
-            .iter()
-            .find(|w| special_index(&w.channel).is_some())
+            .first()
             .map(|w| (w.channel.clone(), w.value.clone()));
         if !regular.is_empty() {
             let batch: Vec<(String, TypedValue)> = match filler {
@@ -168,6 +170,8 @@ mod tests {
             write("u", 0, "a"),
             write("u", 1, "b"),
             write("v", 3, "late"),
+            // An older LangGraph's interrupt at its position: it takes its fixed index.
+            write("w", 0, crate::writes::INTERRUPT),
         ]);
         let by_task: Vec<(&str, Vec<&str>)> = calls
             .iter()
@@ -181,6 +185,7 @@ mod tests {
                 ("u", vec!["a", "b"]),
                 // No special write to fill with: the order is kept, the index is not.
                 ("v", vec!["late"]),
+                ("w", vec![crate::writes::INTERRUPT]),
             ]
         );
     }
