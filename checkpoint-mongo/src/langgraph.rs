@@ -127,9 +127,11 @@ impl LangGraphMongoSource {
             |(source, options, cursor): (Self, ListOptions, Option<Cursor>), want| async move {
                 let tuples = source.page(&options, cursor.as_ref(), want).await?;
                 let fetched = tuples.len();
+                // The stored row's id (what the query orders by), not the id inside the
+                // serialized checkpoint, should the two ever differ.
                 let next = tuples.last().map(|t| {
                     (
-                        t.checkpoint.id.clone(),
+                        t.config.checkpoint_id.clone().unwrap_or_default(),
                         t.config.thread_id.clone(),
                         t.config.checkpoint_ns.clone(),
                     )
@@ -140,7 +142,7 @@ impl LangGraphMongoSource {
                         options.admits(
                             &t.config.thread_id,
                             &t.config.checkpoint_ns,
-                            &t.checkpoint.id,
+                            t.config.checkpoint_id.as_deref().unwrap_or_default(),
                             &t.metadata,
                         )
                     })
@@ -272,6 +274,22 @@ impl ReadSource for LangGraphMongoSource {
         checkpoint_core::backend::paged_keys(1000, move |after, want| {
             let checkpoints = checkpoints.clone();
             async move {
+                // LangGraph stores a thread id as its caller gave it; one that is not a
+                // string could not be addressed (nor compared with the string cursor
+                // below, so it would silently be left out): say so before listing.
+                if after.is_none()
+                    && let Some(doc) = checkpoints
+                        .find_one(doc! {"thread_id": {"$not": {"$type": "string"}}})
+                        .projection(doc! {"thread_id": 1})
+                        .await
+                        .map_err(driver)?
+                {
+                    return Err(Error::invalid(format!(
+                        "a LangGraph checkpoint has a thread_id that is not a string ({:?}); \
+                         only string thread ids can be read",
+                        doc.get("thread_id").map(Bson::element_type)
+                    )));
+                }
                 let pipeline = [
                     doc! {"$match": {"thread_id": {"$gt": after.unwrap_or_default()}}},
                     doc! {"$group": {"_id": "$thread_id"}},
@@ -414,6 +432,12 @@ fn decode_checkpoint_doc(d: &Document) -> Result<CheckpointTuple> {
     let ty = text_field(d, "type")?;
     let body = bytes_field(d, "checkpoint")?;
     let checkpoint = decode_checkpoint(&id, Some(&ty), &body)?;
+    if checkpoint.id != id {
+        return Err(corrupt(format!(
+            "checkpoint {id:?} holds a checkpoint with id {:?}",
+            checkpoint.id
+        )));
+    }
     let metadata = match d.get("metadata") {
         None | Some(Bson::Null) => CheckpointMetadata::new(),
         Some(Bson::Document(m)) => CheckpointMetadata::from(metadata_object(

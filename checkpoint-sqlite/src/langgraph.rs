@@ -129,9 +129,11 @@ impl LangGraphSqliteSource {
             |(source, options, cursor): (Self, ListOptions, Option<Cursor>), want| async move {
                 let tuples = source.page(&options, cursor.as_ref(), want).await?;
                 let fetched = tuples.len();
+                // The stored row's id (what the query orders by), not the id inside the
+                // serialized checkpoint, should the two ever differ.
                 let next = tuples.last().map(|t| {
                     (
-                        t.checkpoint.id.clone(),
+                        t.config.checkpoint_id.clone().unwrap_or_default(),
                         t.config.thread_id.clone(),
                         t.config.checkpoint_ns.clone(),
                     )
@@ -142,7 +144,7 @@ impl LangGraphSqliteSource {
                         options.admits(
                             &t.config.thread_id,
                             &t.config.checkpoint_ns,
-                            &t.checkpoint.id,
+                            t.config.checkpoint_id.as_deref().unwrap_or_default(),
                             &t.metadata,
                         )
                     })
@@ -326,6 +328,12 @@ fn decode_row(row: &SqliteRow) -> Result<CheckpointTuple> {
     let metadata: Option<Vec<u8>> = row.try_get(6).map_err(classify)?;
     let body = body.ok_or_else(|| corrupt(&id, "no checkpoint bytes"))?;
     let checkpoint = decode_checkpoint(&id, ty.as_deref(), &body)?;
+    if checkpoint.id != id {
+        return Err(corrupt(
+            &id,
+            format!("the row holds a checkpoint with id {:?}", checkpoint.id),
+        ));
+    }
     let metadata = match metadata {
         None => CheckpointMetadata::new(),
         Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {

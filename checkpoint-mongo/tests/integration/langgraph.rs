@@ -171,6 +171,20 @@ async fn live_langgraph_database() {
             writes: 1,
         }]
     );
+    // A thread id LangGraph stored as given but that is not a string cannot be addressed:
+    // listing threads says so instead of leaving it out.
+    client
+        .database(&db)
+        .collection::<checkpoint_mongo::mongodb::bson::Document>("checkpoints")
+        .insert_one(doc! {"thread_id": 7, "checkpoint_ns": "", "checkpoint_id": "x"})
+        .await
+        .unwrap();
+    let err = saver
+        .list_threads()
+        .try_collect::<Vec<String>>()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
     client.database(&db).drop().await.unwrap();
 }
 
