@@ -87,11 +87,14 @@ pub(crate) async fn scan_threads(
     inner: &Inner,
     thread_ids: &[String],
 ) -> Result<BTreeMap<String, Vec<StorageIssue>>> {
-    let ids: Vec<&str> = thread_ids
+    let mut ids: Vec<&str> = thread_ids
         .iter()
         .map(String::as_str)
         .filter(|t| storable(t))
         .collect();
+    // A thread named twice is scanned once.
+    ids.sort_unstable();
+    ids.dedup();
     if ids.is_empty() {
         return Ok(BTreeMap::new());
     }
