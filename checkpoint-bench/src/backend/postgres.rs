@@ -61,13 +61,33 @@ impl PostgresBackend {
             format!(
                 "CREATE TABLE IF NOT EXISTS {floor_schema}.big (id INT PRIMARY KEY, payload BYTEA NOT NULL)"
             ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {floor_schema}.bulk (id INT PRIMARY KEY, payload BYTEA NOT NULL)"
+            ),
         ] {
             sqlx::query(&statement)
                 .execute(&admin)
                 .await
                 .map_err(backend_error)?;
         }
-        // Incompressible, like the workload's payloads (pglz gives up on it), so the floor
+        // The saver's value columns use lz4 where the server has it (its own migration 8):
+        // the floors' payloads get the same compression, or they would measure other work.
+        let statement = format!(
+            "DO $$
+            BEGIN
+                EXECUTE 'ALTER TABLE {floor_schema}.small ALTER COLUMN payload SET COMPRESSION lz4';
+                EXECUTE 'ALTER TABLE {floor_schema}.big ALTER COLUMN payload SET COMPRESSION lz4';
+                EXECUTE 'ALTER TABLE {floor_schema}.bulk ALTER COLUMN payload SET COMPRESSION lz4';
+            EXCEPTION WHEN feature_not_supported OR syntax_error THEN
+                NULL;
+            END
+            $$"
+        );
+        sqlx::query(&statement)
+            .execute(&admin)
+            .await
+            .map_err(backend_error)?;
+        // Incompressible, like the workload's payloads (pglz gives up on it, lz4 barely compresses it), so the floor
         // reads a real 70 KB row rather than a few compressed bytes.
         let big = crate::rng::SplitMix64::for_thread(42, 7).text(70 * 1024);
         let statement = format!(
@@ -75,13 +95,6 @@ impl PostgresBackend {
         );
         sqlx::query(&statement)
             .bind(big.as_bytes())
-            .execute(&admin)
-            .await
-            .map_err(backend_error)?;
-        let statement = format!(
-            "CREATE TABLE IF NOT EXISTS {floor_schema}.bulk (id INT PRIMARY KEY, payload BYTEA NOT NULL)"
-        );
-        sqlx::query(&statement)
             .execute(&admin)
             .await
             .map_err(backend_error)?;
