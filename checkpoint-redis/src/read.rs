@@ -1,7 +1,8 @@
 //! Reads: `get_tuple` (one script), and `list` as pages of index scans completed with
 //! pipelined reads of values and writes.
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use checkpoint_core::backend::{Page, legacy, paged};
@@ -351,6 +352,8 @@ struct Pending {
     rec: Vec<u8>,
     members: Vec<Value>,
     slots: Vec<Slot>,
+    /// Whether an `HMGET` of values was sent for it (not when every slot is [`Slot::Same`]).
+    reads_values: bool,
     uniqs: usize,
 }
 
@@ -360,6 +363,9 @@ enum Slot {
     Plain,
     /// The `count` chunks of `manifest`, which the record carries.
     Chunks { manifest: Vec<u8>, count: usize },
+    /// The same stored value as slot `slot` of the page's tuple `tuple` (an earlier one of
+    /// the same thread): read once per page, not once per checkpoint naming it.
+    Same { tuple: usize, slot: usize },
 }
 
 /// Removes global index entries whose checkpoint no longer exists (expired by TTL, or
@@ -454,6 +460,10 @@ async fn global_metas(inner: &Inner, refs: &[(Vec<u8>, GlobalRef)]) -> Result<Ve
 async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<CheckpointTuple>> {
     let mut pending = Vec::with_capacity(metas.len());
     let mut cmds = Vec::new();
+    // (thread, value field) -> (tuple, slot) of its first read in this page: the checkpoints
+    // of a thread share most of their values (a channel a step did not change keeps its
+    // version), so each is read, moved and held once.
+    let mut first: HashMap<(String, Vec<u8>), (usize, usize)> = HashMap::new();
     for (thread, meta) in metas {
         let [tref, rec, members]: [Value; 3] = array(meta)?
             .try_into()
@@ -473,10 +483,23 @@ async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<Chec
             .collect();
         let keys = inner.layout.thread_keys(&thread);
         let mut slots = Vec::with_capacity(fields.len());
+        let mut reads_values = false;
         if !fields.is_empty() {
             let mut c = redis::cmd("HMGET");
             c.arg(&keys[BL]);
             for f in &fields {
+                let at = (pending.len(), slots.len());
+                match first.entry((thread.clone(), f.clone())) {
+                    Entry::Occupied(e) => {
+                        let (tuple, slot) = *e.get();
+                        slots.push(Slot::Same { tuple, slot });
+                        continue;
+                    }
+                    Entry::Vacant(e) => {
+                        e.insert(at);
+                    }
+                }
+                reads_values = true;
                 match inline.remove(f) {
                     Some(manifest) => {
                         let chunks = chunk::manifest_chunks(&manifest).ok_or_else(corrupt)?;
@@ -494,7 +517,9 @@ async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<Chec
                     }
                 }
             }
-            cmds.push(c);
+            if reads_values {
+                cmds.push(c);
+            }
         }
         let mut uniqs = 0;
         if !members.is_empty() {
@@ -520,6 +545,7 @@ async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<Chec
             rec,
             members,
             slots,
+            reads_values,
             uniqs,
         });
     }
@@ -531,10 +557,10 @@ async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<Chec
         .into_iter();
     let mut fetched = Vec::with_capacity(pending.len());
     for p in &pending {
-        let vals = if p.slots.is_empty() {
-            Vec::new()
-        } else {
+        let vals = if p.reads_values {
             array(results.next().ok_or_else(|| protocol("missing values"))?)?
+        } else {
+            Vec::new()
         };
         let wvals = if p.uniqs > 0 {
             array(results.next().ok_or_else(|| protocol("missing writes"))?)?
@@ -568,14 +594,16 @@ async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<Chec
         out.push(decode_tuple(&p.thread, full)?);
     }
     legacy_sends(inner, &mut out).await?;
+    checkpoint_core::backend::share_values(&mut out);
     Ok(out)
 }
 
 /// Turns each tuple's fetched value slots (see [`Slot`]) into one stored value per
 /// channel: the plain value, or a chunked value reassembled from its chunks. Chunks of a
 /// value whose manifest the record did not carry (a channel unchanged by the put) are
-/// read with one more pipelined step. A value that is missing, or whose chunks are,
-/// becomes `Nil` (the caller reads that tuple again atomically).
+/// read with one more pipelined step. A [`Slot::Same`] gets a copy of the value it names. A
+/// value that is missing, or whose chunks are, becomes `Nil` (the caller reads that tuple
+/// again atomically).
 async fn assemble(
     inner: &Inner,
     pending: &[Pending],
@@ -584,6 +612,8 @@ async fn assemble(
     let mut out = Vec::with_capacity(fetched.len());
     // (tuple, channel, manifest, chunk count) of the values needing the extra step.
     let mut late = Vec::new();
+    // (tuple, channel, tuple, channel) of the values copied from an earlier tuple.
+    let mut same = Vec::new();
     let mut cmds = Vec::new();
     for (t, (p, (vals, wvals))) in pending.iter().zip(fetched).enumerate() {
         let mut it = vals.into_iter();
@@ -619,15 +649,39 @@ async fn assemble(
                     let parts: Vec<Value> = it.by_ref().take(*count).collect();
                     values.push(reassemble(manifest, &parts));
                 }
+                Slot::Same { tuple, slot } => {
+                    values.push(Value::Nil);
+                    same.push((t, i, *tuple, *slot));
+                }
             }
         }
         cmds.extend(late_cmd);
         out.push((values, wvals));
     }
-    if cmds.is_empty() {
-        return Ok(out);
+    if !cmds.is_empty() {
+        fetch_late(inner, &cmds, late, &mut out).await?;
     }
-    let replies = inner.link.pipeline(&cmds, false).await?;
+    // In page order, so a copy of a copy finds its value filled already.
+    for (t, i, t0, i0) in same {
+        let v = out
+            .get(t0)
+            .and_then(|(values, _)| values.get(i0))
+            .cloned()
+            .ok_or_else(|| protocol("a shared value slot is out of range"))?;
+        out[t].0[i] = v;
+    }
+    Ok(out)
+}
+
+/// The extra step of [`assemble`]: the chunks of values whose manifest only the value
+/// field carried, reassembled into their slots.
+async fn fetch_late(
+    inner: &Inner,
+    cmds: &[redis::Cmd],
+    late: Vec<(usize, usize, Vec<u8>, usize)>,
+    out: &mut [(Vec<Value>, Vec<Value>)],
+) -> Result<()> {
+    let replies = inner.link.pipeline(cmds, false).await?;
     let mut replies = replies.into_iter();
     let mut current: Option<(usize, std::vec::IntoIter<Value>)> = None;
     for (t, i, manifest, count) in late {
@@ -641,5 +695,5 @@ async fn assemble(
         let parts: Vec<Value> = parts.by_ref().take(count).collect();
         out[t].0[i] = reassemble(&manifest, &parts);
     }
-    Ok(out)
+    Ok(())
 }

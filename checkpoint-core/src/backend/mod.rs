@@ -31,5 +31,5 @@ pub use checks::{
 };
 pub use import::{WriteCall, import_by_put, put_address, write_calls};
 pub use index::{canonical_json, canonical_json_into, digest128};
-pub use paging::{Page, collected_keys, paged, paged_keys};
+pub use paging::{Page, collected_keys, paged, paged_keys, share_values};
 pub use read_only::{ReadOnly, ReadSource};

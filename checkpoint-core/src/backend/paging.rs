@@ -265,3 +265,79 @@ mod tests {
         });
     }
 }
+
+/// Makes the tuples of one page that hold the same stored value (same thread, namespace,
+/// channel and version, equal bytes) share one buffer, so a page of a thread's history
+/// holds each value once however many of its checkpoints name it. Values that differ are
+/// left alone.
+pub fn share_values(tuples: &mut [CheckpointTuple]) {
+    let mut seen: std::collections::HashMap<(String, String, String, String), bytes::Bytes> =
+        std::collections::HashMap::new();
+    for t in tuples {
+        let (thread, ns) = (&t.config.thread_id, &t.config.checkpoint_ns);
+        let versions = &t.checkpoint.channel_versions;
+        for (channel, value) in &mut t.checkpoint.channel_values {
+            let Some(version) = versions.get(channel) else {
+                continue;
+            };
+            let key = (
+                thread.clone(),
+                ns.clone(),
+                channel.clone(),
+                version.to_string(),
+            );
+            match seen.entry(key) {
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    if *e.get() == value.bytes {
+                        value.bytes = e.get().clone();
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(value.bytes.clone());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod share_tests {
+    use super::share_values;
+    use crate::{Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple};
+
+    fn tuple(thread: &str, text: &str) -> CheckpointTuple {
+        let mut checkpoint = Checkpoint::new();
+        checkpoint
+            .channel_versions
+            .insert("doc".into(), 1u64.into());
+        checkpoint
+            .channel_values
+            .insert("doc".into(), crate::TypedValue::json(&text).unwrap());
+        CheckpointTuple {
+            config: CheckpointConfig::new(thread).with_checkpoint_id(checkpoint.id.clone()),
+            checkpoint,
+            metadata: CheckpointMetadata::new(),
+            parent_config: None,
+            pending_writes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn equal_values_of_one_version_share_a_buffer_and_others_do_not() {
+        let mut page = vec![
+            tuple("t", "same"),
+            tuple("t", "same"),
+            tuple("u", "same"),
+            tuple("t", "changed"),
+        ];
+        share_values(&mut page);
+        let ptr = |i: usize| page[i].checkpoint.channel_values["doc"].bytes.as_ptr();
+        assert_eq!(ptr(0), ptr(1), "same thread, version and bytes: one buffer");
+        assert_ne!(ptr(0), ptr(2), "another thread keeps its own");
+        assert_ne!(ptr(0), ptr(3), "different bytes are never replaced");
+        assert_eq!(
+            &page[3].checkpoint.channel_values["doc"].bytes[..],
+            b"\"changed\""
+        );
+    }
+}

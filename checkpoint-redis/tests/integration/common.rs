@@ -301,6 +301,15 @@ pub async fn chunked_list_values(builder: RedisSaverBuilder, nodes: Vec<String>)
     for (t, (_, n)) in listed.iter().zip(configs.iter().rev()) {
         assert_eq!(t.checkpoint.channel_values["messages"], messages(*n));
     }
+    // The last two checkpoints name the same version: a list page reads and holds it once.
+    assert_eq!(
+        listed[0].checkpoint.channel_values["messages"]
+            .bytes
+            .as_ptr(),
+        listed[1].checkpoint.channel_values["messages"]
+            .bytes
+            .as_ptr()
+    );
     let global = saver
         .list_all(ListOptions::new().filter("run_id", "other"))
         .await
