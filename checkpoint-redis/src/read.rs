@@ -345,6 +345,10 @@ fn reassemble(manifest: &[u8], parts: &[Value]) -> Value {
     chunk::reassemble(manifest, chunks.into_iter()).map_or(Value::Nil, Value::BulkString)
 }
 
+/// What makes two value reads of a list page the same read: thread, value field, and the
+/// manifest the record carries for it (`None`: none).
+type SharedRead = (String, Vec<u8>, Option<Vec<u8>>);
+
 /// A listed tuple whose values and writes are being read (see [`RedisSaver::complete`]).
 struct Pending {
     thread: String,
@@ -460,10 +464,12 @@ async fn global_metas(inner: &Inner, refs: &[(Vec<u8>, GlobalRef)]) -> Result<Ve
 async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<CheckpointTuple>> {
     let mut pending = Vec::with_capacity(metas.len());
     let mut cmds = Vec::new();
-    // (thread, value field) -> (tuple, slot) of its first read in this page: the checkpoints
-    // of a thread share most of their values (a channel a step did not change keeps its
-    // version), so each is read, moved and held once.
-    let mut first: HashMap<(String, Vec<u8>), (usize, usize)> = HashMap::new();
+    // (thread, value field, the manifest the record carries for it) -> (tuple, slot) of its
+    // first read in this page: the checkpoints of a thread share most of their values (a
+    // channel a step did not change keeps its version), so each is read, moved and held
+    // once. A record's own manifest is part of the key: a put that reused a version (a
+    // fork) reads back the value it wrote, not the one stored first under that field.
+    let mut first: HashMap<SharedRead, (usize, usize)> = HashMap::new();
     for (thread, meta) in metas {
         let [tref, rec, members]: [Value; 3] = array(meta)?
             .try_into()
@@ -489,7 +495,8 @@ async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<Chec
             c.arg(&keys[BL]);
             for f in &fields {
                 let at = (pending.len(), slots.len());
-                match first.entry((thread.clone(), f.clone())) {
+                let manifest = inline.remove(f);
+                match first.entry((thread.clone(), f.clone(), manifest.clone())) {
                     Entry::Occupied(e) => {
                         let (tuple, slot) = *e.get();
                         slots.push(Slot::Same { tuple, slot });
@@ -500,7 +507,7 @@ async fn complete(inner: &Inner, metas: Vec<(String, Value)>) -> Result<Vec<Chec
                     }
                 }
                 reads_values = true;
-                match inline.remove(f) {
+                match manifest {
                     Some(manifest) => {
                         let chunks = chunk::manifest_chunks(&manifest).ok_or_else(corrupt)?;
                         for cf in &chunks {

@@ -775,3 +775,53 @@ fn the_integrity_scan_finds_a_lost_value_a_lost_chunk_and_orphan_writes() {
         saver.purge().await.unwrap();
     });
 }
+
+/// Two forks of one checkpoint that both bump `messages` to the same version with different
+/// chunked lists: each checkpoint's record carries the manifest its put wrote, and a list
+/// page (which reads a value the page's checkpoints share once) returns each fork's own
+/// value, as `get_tuple` does.
+#[test]
+fn a_list_page_returns_each_forks_own_value_of_a_reused_version() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, _prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "forkver").await;
+        let (root, v) = step(None, &[("messages", Some(common::messages(2)))]);
+        let at = saver
+            .put(
+                &CheckpointConfig::new("t"),
+                root.clone(),
+                CheckpointMetadata::new(),
+                v,
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        let other = val(json!([
+            {"id": "x-0", "content": format!("x0-{}", "o".repeat(600))},
+            {"id": "x-1", "content": format!("x1-{}", "o".repeat(600))},
+            {"id": "x-2", "content": format!("x2-{}", "o".repeat(600))},
+        ]));
+        let mut forks = Vec::new();
+        for value in [common::messages(3), other] {
+            let (cp, v) = step(Some(&root), &[("messages", Some(value.clone()))]);
+            let config = saver
+                .put(&at, cp, CheckpointMetadata::new(), v, PutOptions::new())
+                .await
+                .unwrap();
+            forks.push((config, value));
+        }
+        let listed = saver.list_all(ListOptions::thread("t")).await.unwrap();
+        assert_eq!(listed.len(), 3);
+        for (config, value) in &forks {
+            let got = saver.get_tuple(config).await.unwrap().unwrap();
+            assert_eq!(&got.checkpoint.channel_values["messages"], value);
+            let id = config.checkpoint_id.as_deref();
+            let from_list = listed
+                .iter()
+                .find(|t| t.config.checkpoint_id.as_deref() == id)
+                .unwrap();
+            assert_eq!(&from_list.checkpoint.channel_values["messages"], value);
+        }
+    });
+}
