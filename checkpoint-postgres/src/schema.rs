@@ -135,12 +135,14 @@ pub(crate) const OWN: &[&str] = &[
     // Large values are compressed with lz4 instead of pglz (docs/design/postgres.md):
     // a catalog-only change that applies to values written from now on (older ones stay
     // readable as they are). Skipped where the server cannot do it: before PostgreSQL 14
-    // (no SET COMPRESSION) or built without lz4.
+    // (no SET COMPRESSION) or built without lz4. The tables are altered in the order reads
+    // take them (checkpoints, then values, then writes), so a read running beside the
+    // migration waits for it rather than deadlocking with it.
     "DO $$
     BEGIN
+        EXECUTE 'ALTER TABLE checkpoints ALTER COLUMN checkpoint SET COMPRESSION lz4';
         EXECUTE 'ALTER TABLE checkpoint_blobs ALTER COLUMN blob SET COMPRESSION lz4';
         EXECUTE 'ALTER TABLE checkpoint_writes ALTER COLUMN blob SET COMPRESSION lz4';
-        EXECUTE 'ALTER TABLE checkpoints ALTER COLUMN checkpoint SET COMPRESSION lz4';
     EXCEPTION WHEN feature_not_supported OR syntax_error THEN
         NULL;
     END
