@@ -2,7 +2,8 @@
 fixtures: every value of checkpoint-sanitize/fixtures/cases (LangGraph, LangChain, OpenAI and
 Anthropic message lists as MessagePack and JSON), the whole checkpoints of the LangGraph
 SQLite fixture (checkpoint-sqlite/interop/fixture.json, read by the LangGraph decoders), plus
-small hand-made stored forms for the Redis and MongoDB targets (ours and LangGraph's). Run from the repository root: python3 fuzz/seeds.py"""
+small hand-made stored forms for the Redis, MongoDB, PostgreSQL and SQLite targets (ours and
+LangGraph's). Run from the repository root: python3 fuzz/seeds.py"""
 
 import hashlib
 import json
@@ -82,3 +83,37 @@ write("mongo_stored", bson_doc([
     ("thread_id", "t"), ("checkpoint_ns", ""), ("checkpoint_id", "1f1e"), ("task_id", "k"),
     ("task_path", ""), ("idx", -3), ("channel", "__interrupt__"), ("type", "msgpack"), ("value", b"\x90"),
 ]))
+
+
+# Stored rows of the SQL backends, parts split at 0xFF (see each crate's `fuzzing` module).
+def row(*parts: bytes) -> bytes:
+    return b"\xff".join(parts)
+
+
+# PostgreSQL: checkpoint and metadata jsonb texts (ours, and LangGraph's with an inline
+# value), a value type and blob.
+pg_checkpoint = json.dumps({
+    "v": 4, "id": "1f1e", "ts": "2026-11-24T00:00:00+00:00", "channel_values": {},
+    "channel_versions": {"messages": "00000000000000000000000000000002.0.5", "n": 3},
+    "versions_seen": {"agent": {"messages": "00000000000000000000000000000001.0.1"}},
+    "updated_channels": ["messages"],
+}).encode()
+write("postgres_stored", row(pg_checkpoint, b'{"source": "loop", "step": 1}', b"msgpack", b"\x91\x01"))
+write("postgres_stored", row(
+    json.dumps({"v": 1, "id": "1f1d", "channel_values": {"count": 2, "name": "x"},
+                "channel_versions": {"count": 1}}).encode(),
+    b"{}", b"empty", b"",
+))
+# SQLite: checkpoint column (channel versions as version keys), metadata, the packed writes'
+# index and bytes, and one value row (channel, version key, type, blob).
+sqlite_checkpoint = json.dumps({
+    "v": 4, "id": "c", "ts": "2026-11-24T00:00:00+00:00",
+    "cv": {"messages": "s00000000000000000000000000000002.0.5", "n": "i3"},
+    "vs": {}, "uc": None,
+}).encode()
+writes_index = json.dumps([["task", 0, "~a", "messages", "msgpack", 2], ["task", -3, "~a", "__interrupt__", "json", 2]]).encode()
+write("sqlite_stored", row(
+    sqlite_checkpoint, b'{"step": 1}', writes_index, b"\x91\x01[]",
+    b"messages", b"s00000000000000000000000000000002.0.5", b"msgpack", b"\x91\x01",
+))
+write("sqlite_stored", row(sqlite_checkpoint, b"{}", b"", b"", b"n", b"i3", b"", b""))

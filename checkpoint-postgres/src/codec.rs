@@ -98,7 +98,26 @@ fn decode_head(row: &PgRow) -> PgResult<CheckpointTuple> {
             e,
         )
     })?;
+    head_tuple(
+        thread_id,
+        checkpoint_ns,
+        checkpoint_id,
+        parent,
+        stored,
+        metadata,
+    )
+}
 
+/// The tuple of a checkpoint row's decoded columns (inline values only; blobs and writes
+/// are applied by the caller).
+fn head_tuple(
+    thread_id: String,
+    checkpoint_ns: String,
+    checkpoint_id: String,
+    parent: Option<String>,
+    stored: StoredCheckpoint,
+    metadata: Map<String, Value>,
+) -> PgResult<CheckpointTuple> {
     // Values kept inline by LangGraph's Python saver (primitives); blobs are applied later
     // and win.
     let mut channel_values = BTreeMap::new();
@@ -127,6 +146,41 @@ fn decode_head(row: &PgRow) -> PgResult<CheckpointTuple> {
         parent_config: parent.map(address),
         pending_writes: Vec::new(),
     })
+}
+
+/// Decodes `bytes` as the stored columns of a checkpoint row would be: `checkpoint` and
+/// `metadata` as the JSON text of their `jsonb` columns (what the driver hands to serde),
+/// then every value row with `value_type` and `blob` applied to each channel the
+/// checkpoint names. For the fuzz targets; must return an error, never panic.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_row(
+    checkpoint: &[u8],
+    metadata: &[u8],
+    value_type: &str,
+    blob: &[u8],
+) -> PgResult<CheckpointTuple> {
+    let stored: StoredCheckpoint = serde_json::from_slice(checkpoint)
+        .map_err(|e| PgError::corrupt("unreadable checkpoint column", e))?;
+    let metadata: Map<String, Value> =
+        serde_json::from_slice(metadata).map_err(|e| PgError::corrupt("unreadable metadata", e))?;
+    let mut t = head_tuple(
+        "t".into(),
+        String::new(),
+        "c".into(),
+        None,
+        stored,
+        metadata,
+    )?;
+    let channels: Vec<String> = t.checkpoint.channel_versions.keys().cloned().collect();
+    for channel in channels {
+        apply_blob(
+            &mut t.checkpoint.channel_values,
+            channel,
+            value_type,
+            Some(Bytes::copy_from_slice(blob)),
+        );
+    }
+    Ok(t)
 }
 
 /// A pending-write row (kind `w`) of a tuple or list query.

@@ -96,11 +96,12 @@ fn split<'b, E>(
     len: impl Fn(&E) -> usize,
     bytes: &'b [u8],
 ) -> SqliteResult<Vec<&'b [u8]>> {
-    let mut at = 0;
+    let mut at: usize = 0;
     let mut out = Vec::with_capacity(index.len());
     for e in index {
-        let piece = bytes
-            .get(at..at + len(e))
+        let piece = at
+            .checked_add(len(e))
+            .and_then(|end| bytes.get(at..end))
             .ok_or_else(|| SqliteError::corrupt(format!("{what}: the bytes end early")))?;
         out.push(piece);
         at += piece.len();
@@ -121,6 +122,19 @@ fn index<T: serde::de::DeserializeOwned>(what: &str, json: Option<String>) -> Sq
 
 type ValueKey = (String, String, String, String);
 
+/// The columns of a checkpoint row of a tuple query, as read.
+pub(crate) struct HeadRow {
+    pub(crate) thread: String,
+    pub(crate) ns: String,
+    pub(crate) id: String,
+    pub(crate) parent: Option<String>,
+    pub(crate) checkpoint: String,
+    pub(crate) metadata: String,
+    /// JSON array of [`WriteEntry`]s, the index into `writes_bytes`.
+    pub(crate) writes_index: Option<String>,
+    pub(crate) writes_bytes: Option<Vec<u8>>,
+}
+
 /// The tuples of a tuple query's rows, in list order (id, then thread, then namespace,
 /// descending). Each distinct value is decoded once and shared by every checkpoint of the
 /// page that names it.
@@ -131,7 +145,16 @@ pub(crate) fn decode_tuples(rows: &[SqliteRow]) -> SqliteResult<Vec<CheckpointTu
         let thread: String = get(row, THREAD)?;
         let ns: String = get(row, NS)?;
         match get::<Option<String>>(row, ID)? {
-            Some(id) => heads.push((id, thread, ns, row)),
+            Some(id) => heads.push(HeadRow {
+                thread,
+                ns,
+                id,
+                parent: get(row, PARENT)?,
+                checkpoint: get(row, CHECKPOINT)?,
+                metadata: get(row, METADATA)?,
+                writes_index: get(row, WRITES_INDEX)?,
+                writes_bytes: get(row, WRITES_BYTES)?,
+            }),
             None => {
                 let ty: Option<String> = get(row, TYPE)?;
                 let value = match ty {
@@ -145,13 +168,30 @@ pub(crate) fn decode_tuples(rows: &[SqliteRow]) -> SqliteResult<Vec<CheckpointTu
             }
         }
     }
-    heads.sort_by(|a, b| (&b.0, &b.1, &b.2).cmp(&(&a.0, &a.1, &a.2)));
+    assemble_tuples(heads, &values)
+}
+
+/// Tuples from checkpoint rows and the value rows they name, keyed by (thread, namespace,
+/// channel, version key); `None` marks a removed channel. Checks everything read: a row
+/// that cannot be decoded is `Corrupt`, never a panic.
+pub(crate) fn assemble_tuples(
+    mut heads: Vec<HeadRow>,
+    values: &HashMap<ValueKey, Option<TypedValue>>,
+) -> SqliteResult<Vec<CheckpointTuple>> {
+    heads.sort_by(|a, b| (&b.id, &b.thread, &b.ns).cmp(&(&a.id, &a.thread, &a.ns)));
     let mut out = Vec::with_capacity(heads.len());
-    for (id, thread, ns, row) in heads {
-        let parent: Option<String> = get(row, PARENT)?;
-        let column: String = get(row, CHECKPOINT)?;
-        let metadata: String = get(row, METADATA)?;
-        let stored: CheckpointIn = serde_json::from_str(&column).map_err(|e| {
+    for head in heads {
+        let HeadRow {
+            thread,
+            ns,
+            id,
+            parent,
+            checkpoint,
+            metadata,
+            writes_index,
+            writes_bytes,
+        } = head;
+        let stored: CheckpointIn = serde_json::from_str(&checkpoint).map_err(|e| {
             SqliteError::corrupt_because(format!("checkpoint {id:?} has an unreadable column"), e)
         })?;
         let metadata: CheckpointMetadata = serde_json::from_str(&metadata).map_err(|e| {
@@ -169,7 +209,7 @@ pub(crate) fn decode_tuples(rows: &[SqliteRow]) -> SqliteResult<Vec<CheckpointTu
             }
             channel_versions.insert(value_key.2, version);
         }
-        let pending_writes = decode_writes(&id, row)?;
+        let pending_writes = decode_writes(&id, writes_index, writes_bytes)?;
         let address = |checkpoint_id: String| {
             CheckpointConfig::new(thread.clone())
                 .with_ns(ns.clone())
@@ -195,12 +235,15 @@ pub(crate) fn decode_tuples(rows: &[SqliteRow]) -> SqliteResult<Vec<CheckpointTu
 }
 
 /// The pending writes packed into a checkpoint row, in the contract's order.
-fn decode_writes(id: &str, row: &SqliteRow) -> SqliteResult<Vec<PendingWrite>> {
-    let entries: Vec<WriteEntry> = index("writes", get(row, WRITES_INDEX)?)?;
+fn decode_writes(
+    id: &str,
+    index_json: Option<String>,
+    bytes: Option<Vec<u8>>,
+) -> SqliteResult<Vec<PendingWrite>> {
+    let entries: Vec<WriteEntry> = index("writes", index_json)?;
     if entries.is_empty() {
         return Ok(Vec::new());
     }
-    let bytes: Option<Vec<u8>> = get(row, WRITES_BYTES)?;
     let bytes = Bytes::from(bytes.unwrap_or_default());
     let pieces = split(&format!("writes of {id:?}"), &entries, |e| e.5, &bytes)?;
     let mut writes: Vec<PendingWrite> = entries
@@ -282,6 +325,41 @@ pub(crate) fn decode_delta(
 mod tests {
     use super::*;
     use checkpoint_core::ChannelVersion;
+
+    #[test]
+    fn packed_writes_with_impossible_lengths_are_corrupt_not_a_panic() {
+        let head = |index: &str, bytes: &[u8]| HeadRow {
+            thread: "t".into(),
+            ns: String::new(),
+            id: "c".into(),
+            parent: None,
+            checkpoint: r#"{"v":4,"id":"c","ts":"","cv":{}}"#.into(),
+            metadata: "{}".into(),
+            writes_index: Some(index.into()),
+            writes_bytes: Some(bytes.to_vec()),
+        };
+        let huge = usize::MAX;
+        for (index, bytes) in [
+            // The second length would overflow the offset.
+            (
+                format!(r#"[["k",0,"","a","json",1],["k",1,"","b","json",{huge}]]"#),
+                &b"1x"[..],
+            ),
+            (r#"[["k",0,"","a","json",3]]"#.to_owned(), &b"1"[..]),
+            (r#"[["k",0,"","a","json",1]]"#.to_owned(), &b"12"[..]),
+        ] {
+            let err = assemble_tuples(vec![head(&index, bytes)], &HashMap::new())
+                .err()
+                .unwrap_or_else(|| panic!("{index} over {bytes:?} decoded"));
+            assert!(matches!(err, SqliteError::Corrupt { .. }), "{index}");
+        }
+        let ok = assemble_tuples(
+            vec![head(r#"[["k",0,"","a","json",1]]"#, b"1")],
+            &HashMap::new(),
+        )
+        .unwrap();
+        assert_eq!(&ok[0].pending_writes[0].value.bytes[..], b"1");
+    }
 
     #[test]
     fn the_checkpoint_column_keeps_versions_exact() {
