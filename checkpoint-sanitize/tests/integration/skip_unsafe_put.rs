@@ -63,6 +63,27 @@ async fn setup() -> (
     (inner, guard, at, cp)
 }
 
+/// Puts a child of `cp` (stored at `at`) that ends with an unanswered tool call: the
+/// wrapper skips it. Returns the skipped checkpoint.
+async fn skip_one(
+    guard: &SkipUnsafePut<InMemorySaver>,
+    at: &CheckpointConfig,
+    cp: &Checkpoint,
+) -> Checkpoint {
+    let (skipped, v) = next(Some(cp), unsafe_list());
+    guard
+        .put(
+            at,
+            skipped.clone(),
+            CheckpointMetadata::new(),
+            v,
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    skipped
+}
+
 #[tokio::test]
 async fn a_put_without_parent_cannot_be_skipped_and_is_rejected() {
     let guard = SkipUnsafePut::new(InMemorySaver::new(), SkipUnsafePutConfig::default());
@@ -164,17 +185,7 @@ async fn an_interrupt_on_a_skipped_checkpoint_stores_it_after_all() {
 #[tokio::test]
 async fn a_parent_naming_a_skipped_id_maps_to_the_stored_ancestor() {
     let (inner, guard, at, cp) = setup().await;
-    let (skipped, v) = next(Some(&cp), unsafe_list());
-    guard
-        .put(
-            &at,
-            skipped.clone(),
-            CheckpointMetadata::new(),
-            v,
-            PutOptions::new(),
-        )
-        .await
-        .unwrap();
+    let skipped = skip_one(&guard, &at, &cp).await;
     // A runtime that ignores the returned config names the skipped id as parent.
     let (done, v) = next(Some(&skipped), safe());
     let stored = guard
@@ -225,17 +236,7 @@ async fn the_strict_check_refuses_any_violation_not_only_trailing_calls() {
 #[tokio::test]
 async fn an_import_makes_the_wrapper_forget_what_it_skipped_in_those_threads() {
     let (inner, guard, at, cp) = setup().await;
-    let (skipped, v) = next(Some(&cp), unsafe_list());
-    guard
-        .put(
-            &at,
-            skipped.clone(),
-            CheckpointMetadata::new(),
-            v,
-            PutOptions::new(),
-        )
-        .await
-        .unwrap();
+    let skipped = skip_one(&guard, &at, &cp).await;
     // A migration brings the skipped id in as a stored checkpoint (say, from a store
     // written without the wrapper): from now on it is a real parent, not a skipped one.
     let address = CheckpointConfig::new("t").with_checkpoint_id(skipped.id.clone());
