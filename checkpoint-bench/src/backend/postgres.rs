@@ -87,8 +87,8 @@ impl PostgresBackend {
             .execute(&admin)
             .await
             .map_err(backend_error)?;
-        // Incompressible, like the workload's payloads (pglz gives up on it, lz4 barely compresses it), so the floor
-        // reads a real 70 KB row rather than a few compressed bytes.
+        // Incompressible, like the workload's payloads (pglz gives up on it, lz4 barely
+        // compresses it), so the floor reads a real 70 KB row rather than a few bytes.
         let big = crate::rng::SplitMix64::for_thread(42, 7).text(70 * 1024);
         let statement = format!(
             "INSERT INTO {floor_schema}.big VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET payload = EXCLUDED.payload"

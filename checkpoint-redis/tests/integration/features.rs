@@ -823,5 +823,6 @@ fn a_list_page_returns_each_forks_own_value_of_a_reused_version() {
                 .unwrap();
             assert_eq!(&from_list.checkpoint.channel_values["messages"], value);
         }
+        saver.purge().await.unwrap();
     });
 }
