@@ -308,6 +308,12 @@ macro_rules! __for_each_clause {
             coordination::ledger_expired_claim_is_retaken_and_fenced,
             coordination::ledger_abandon_allows_immediate_retake,
             coordination::ledger_concurrent_claims_have_one_winner,
+            ttl::ttl_expired_thread_is_invisible,
+            ttl::ttl_write_after_expiry_starts_afresh,
+            ttl::ttl_writes_restart_the_clock,
+            ttl::ttl_pinned_and_default,
+            ttl::ttl_sweep_deletes_expired_threads_only,
+            ttl::ttl_bad_input_and_leases,
         }
     };
 }

@@ -28,7 +28,7 @@ pub use lease::{Claim, Lease};
 pub use memory::InMemorySaver;
 pub use metadata::{CheckpointMetadata, Source, json_equal};
 pub use options::{
-    Capabilities, ListOptions, PruneStrategy, PutMode, PutOptions, PutWritesOptions,
+    Capabilities, ListOptions, PruneStrategy, PutMode, PutOptions, PutWritesOptions, ThreadTtl,
 };
 pub use saver::{Saver, SaverExt};
 pub use trace::{Tracing, TracingLayer};

@@ -1,5 +1,7 @@
 //! What a [`Saver`](crate::Saver) advertises, and the options of its calls.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value};
 
 use crate::{CheckpointConfig, CheckpointMetadata};
@@ -25,6 +27,9 @@ pub struct Capabilities {
     /// The idempotency ledger: [`Saver::claim`], [`Saver::complete_claim`],
     /// [`Saver::abandon_claim`].
     pub ledger: bool,
+    /// Thread retention: [`Saver::set_thread_ttl`], [`Saver::thread_ttl`] and
+    /// [`Saver::sweep_expired`].
+    pub ttl: bool,
 }
 
 impl Capabilities {
@@ -37,6 +42,7 @@ impl Capabilities {
             compare_and_set: false,
             leases: false,
             ledger: false,
+            ttl: false,
         }
     }
 
@@ -49,6 +55,7 @@ impl Capabilities {
             compare_and_set: true,
             leases: true,
             ledger: true,
+            ttl: true,
         }
     }
 
@@ -87,6 +94,25 @@ impl Capabilities {
         self.ledger = yes;
         self
     }
+
+    /// Sets `ttl`.
+    pub const fn with_ttl(mut self, yes: bool) -> Self {
+        self.ttl = yes;
+        self
+    }
+}
+
+/// How long a thread's data lives (see [`Saver::set_thread_ttl`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ThreadTtl {
+    /// The saver's default TTL (no expiry without one).
+    Default,
+    /// Expire this long after the thread's last write (or read, for a saver that refreshes
+    /// on read). At least 1 ms.
+    Expire(Duration),
+    /// Never expire, whatever the saver's default.
+    Pinned,
 }
 
 /// What [`Saver::list`] returns, and in which order.

@@ -12,7 +12,7 @@ use crate::delta::{self, DeltaChannelHistory};
 use crate::{
     Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
-    Result, TypedValue,
+    Result, ThreadTtl, TypedValue,
 };
 #[cfg(doc)]
 use crate::{Error, PutMode};
@@ -305,6 +305,51 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     /// and may be retried). A no-op when `token` is not the key's current pending claim.
     /// Optional ([`Capabilities::ledger`]).
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()>;
+
+    /// Sets how long `thread_id`'s data lives: applied at once to the data the thread has,
+    /// and again after every later write (and, for a saver configured to refresh on read,
+    /// every read).
+    ///
+    /// # Behavior
+    /// * [`ThreadTtl::Expire`]: the thread expires that long after this call or its latest
+    ///   write, whichever is later. [`ThreadTtl::Pinned`]: never, whatever the saver's
+    ///   default. [`ThreadTtl::Default`]: back to the saver's default TTL (none unless the
+    ///   saver was configured with one).
+    /// * An expired thread is invisible at once: `get_tuple`, `list`, `list_threads` and
+    ///   `delta_channel_history` answer as for a thread that never existed, and its next
+    ///   write starts the thread afresh (old checkpoints, values and writes never reappear).
+    ///   Expiry forgets the thread's TTL setting, as [`delete_thread`](Saver::delete_thread)
+    ///   does.
+    /// * Leases and ledger keys are never subject to a TTL (a fencing token is never handed
+    ///   out twice, also after the thread's data expired).
+    /// * An empty `thread_id` or a zero [`ThreadTtl::Expire`] is [`Error::InvalidInput`].
+    /// * Optional ([`Capabilities::ttl`]); the default implementation returns
+    ///   [`Error::Unsupported`].
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        let _ = (thread_id, ttl);
+        Err(crate::Error::Unsupported {
+            op: "set_thread_ttl",
+        })
+    }
+
+    /// Time left before `thread_id`'s data expires: `None` when the thread has no TTL, has
+    /// no data, or has expired. Optional ([`Capabilities::ttl`]).
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        let _ = thread_id;
+        Err(crate::Error::Unsupported { op: "thread_ttl" })
+    }
+
+    /// Deletes the stored data of at most `limit` expired threads and returns how many
+    /// threads it deleted. Expired threads are invisible already; sweeping reclaims their
+    /// space. Each call is short (one batch); call it until it returns less than `limit`,
+    /// or run [`spawn_sweeper`](crate::backend::spawn_sweeper). A saver whose server
+    /// deletes expired data itself returns `0`. Optional ([`Capabilities::ttl`]).
+    async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        let _ = limit;
+        Err(crate::Error::Unsupported {
+            op: "sweep_expired",
+        })
+    }
 }
 
 /// Conveniences on top of [`Saver`], for every saver.
@@ -430,6 +475,15 @@ macro_rules! forward_saver {
             }
             async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
                 (**self).abandon_claim(key, token).await
+            }
+            async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+                (**self).set_thread_ttl(thread_id, ttl).await
+            }
+            async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+                (**self).thread_ttl(thread_id).await
+            }
+            async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+                (**self).sweep_expired(limit).await
             }
         }
     };

@@ -16,7 +16,7 @@ use crate::delta::DeltaChannelHistory;
 use crate::{
     Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, Error, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
-    Result, Saver, TypedValue,
+    Result, Saver, ThreadTtl, TypedValue,
 };
 
 /// Wraps a saver so that every call runs in a `tracing` span named `saver` (level `DEBUG`)
@@ -345,6 +345,20 @@ impl<S: Saver> Saver for Tracing<S> {
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
         let span = self.span("abandon_claim", None, None);
         traced(span, self.inner.abandon_claim(key, token)).await
+    }
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        let span = self.span("set_thread_ttl", Some(thread_id), None);
+        traced(span, self.inner.set_thread_ttl(thread_id, ttl)).await
+    }
+
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        let span = self.span("thread_ttl", Some(thread_id), None);
+        traced(span, self.inner.thread_ttl(thread_id)).await
+    }
+
+    async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        let span = self.span("sweep_expired", None, None);
+        traced(span, self.inner.sweep_expired(limit)).await
     }
 }
 

@@ -29,7 +29,9 @@ impl Inner {
     }
 
     pub(crate) fn capabilities(&self) -> Capabilities {
-        let all = Capabilities::all();
+        // Retention is the collection-wide TTL of `MongoConfig::ttl` (TTL indexes), not per
+        // thread.
+        let all = Capabilities::all().with_ttl(false);
         if self.transactions() {
             all
         } else {

@@ -103,7 +103,7 @@ impl PostgresSaver {
 #[async_trait]
 impl Saver for PostgresSaver {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::all()
+        Capabilities::all().with_ttl(false)
     }
 
     async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {

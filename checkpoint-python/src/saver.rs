@@ -174,6 +174,7 @@ impl NativeSaver {
         dict.set_item("compare_and_set", c.compare_and_set)?;
         dict.set_item("leases", c.leases)?;
         dict.set_item("ledger", c.ledger)?;
+        dict.set_item("ttl", c.ttl)?;
         Ok(dict)
     }
 

@@ -5,13 +5,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue};
+use checkpoint_core::backend::thread_ttl_ms;
+use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue, ThreadTtl};
 use redis::Value;
 use serde_json::Value as Json;
 
 use crate::chunk;
 use crate::codec::{array, bulk, number, parse_blob_field, record_manifests, record_tokens};
-use crate::config::{ThreadTtl, duration_ms};
 use crate::core::Inner;
 use crate::error::{corrupt, protocol};
 use crate::keys::{
@@ -183,16 +183,10 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
 }
 
 pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
-    if thread_id.is_empty() {
-        return Err(Error::invalid("set_thread_ttl on an empty thread id"));
-    }
-    let mode = match ttl {
-        ThreadTtl::Default => TtlMode::Default,
-        ThreadTtl::Pinned => TtlMode::Pin,
-        ThreadTtl::Expire(d) if d.is_zero() => {
-            return Err(Error::invalid("a thread TTL must be at least 1 ms"));
-        }
-        ThreadTtl::Expire(d) => TtlMode::Expire(duration_ms(d)),
+    let mode = match thread_ttl_ms(thread_id, ttl)? {
+        None => TtlMode::Default,
+        Some(0) => TtlMode::Pin,
+        Some(ms) => TtlMode::Expire(ms),
     };
     let call = SetTtlArgs {
         mode,

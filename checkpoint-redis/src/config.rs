@@ -14,18 +14,7 @@ use crate::core::Inner;
 use crate::error::RedisSaverError;
 use crate::keys::{Layout, valid_prefix};
 
-/// How long a thread's keys live (see [`RedisSaver::set_thread_ttl`](crate::RedisSaver::set_thread_ttl)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ThreadTtl {
-    /// The saver's [`default_ttl`](RedisSaverBuilder::default_ttl) (no expiry without one).
-    Default,
-    /// Expire this long after the last write (or read, with
-    /// [`refresh_on_read`](RedisSaverBuilder::refresh_on_read)).
-    Expire(Duration),
-    /// Never expire, whatever the saver's default.
-    Pinned,
-}
+pub use checkpoint_core::ThreadTtl;
 
 /// The key prefix used when none is configured.
 pub const DEFAULT_KEY_PREFIX: &str = "checkpoint";
@@ -147,7 +136,7 @@ impl RedisSaverBuilder {
 
     /// A TTL applied to every key of a thread on each write to it (`None`, the default:
     /// data never expires). Threads can override it with
-    /// [`RedisSaver::set_thread_ttl`](crate::RedisSaver::set_thread_ttl).
+    /// [`Saver::set_thread_ttl`](checkpoint_core::Saver::set_thread_ttl).
     pub fn default_ttl(mut self, ttl: Option<Duration>) -> Self {
         self.default_ttl = ttl;
         self

@@ -71,22 +71,6 @@ impl RedisSaver {
         self.inner.link.is_cluster()
     }
 
-    /// Sets how long the keys of `thread_id` live, applied at once to every existing key of
-    /// the thread, atomically, and on every later write. [`ThreadTtl::Pinned`] keeps the
-    /// thread forever even when the saver has a default TTL.
-    ///
-    /// Lease records are never subject to a TTL: a fencing token must never be handed out
-    /// twice, also after the thread's data expired.
-    pub async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
-        admin::set_thread_ttl(&self.inner, thread_id, ttl).await
-    }
-
-    /// Time left before the data of `thread_id` expires: `None` when it has no TTL or no
-    /// data.
-    pub async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
-        admin::thread_ttl(&self.inner, thread_id).await
-    }
-
     /// Deletes every key under this saver's prefix (checkpoints, indexes, leases, ledger)
     /// with `SCAN` + `DEL`, and returns how many were deleted. Meant for tests and
     /// benchmarks that own their prefix; never used on the hot path.
@@ -200,6 +184,20 @@ impl Saver for RedisSaver {
 
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
         coord::abandon_claim(&self.inner, key, token).await
+    }
+    /// Applied at once to every existing key of the thread, atomically, and on every later
+    /// write (and read, with [`refresh_on_read`](crate::RedisSaverBuilder::refresh_on_read)).
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        admin::set_thread_ttl(&self.inner, thread_id, ttl).await
+    }
+
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        admin::thread_ttl(&self.inner, thread_id).await
+    }
+
+    /// Redis deletes expired keys itself: always `Ok(0)`.
+    async fn sweep_expired(&self, _limit: usize) -> Result<usize> {
+        Ok(0)
     }
 }
 

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue};
+use checkpoint_core::backend::thread_ttl_ms;
+use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue, ThreadTtl};
 use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 
-use crate::config::{ThreadTtl, duration_ms};
 use crate::core::Inner;
 use crate::error::classify;
 use crate::keys::{IDENTIFIERS, entry, parse_version_key};
@@ -136,18 +136,8 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
 }
 
 pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
-    if thread_id.is_empty() {
-        return Err(Error::invalid("set_thread_ttl on an empty thread id"));
-    }
+    let ttl_ms = thread_ttl_ms(thread_id, ttl)?.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
     IDENTIFIERS.check("thread_id", thread_id)?;
-    let ttl_ms: Option<i64> = match ttl {
-        ThreadTtl::Default => None,
-        ThreadTtl::Pinned => Some(0),
-        ThreadTtl::Expire(d) if d.is_zero() => {
-            return Err(Error::invalid("a thread TTL must be at least 1 ms"));
-        }
-        ThreadTtl::Expire(d) => Some(duration_ms(d)),
-    };
     let mut tx = inner.begin_write().await?;
     sqlx::query(&sql::SET_THREAD_TTL)
         .bind(thread_id)

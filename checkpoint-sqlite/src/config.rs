@@ -28,18 +28,7 @@ pub enum Durability {
     Full,
 }
 
-/// How long a thread's data lives (see [`SqliteSaver::set_thread_ttl`](crate::SqliteSaver::set_thread_ttl)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ThreadTtl {
-    /// The saver's [`default_ttl`](SqliteSaverBuilder::default_ttl) (no expiry without one).
-    Default,
-    /// Expire this long after the last write (or read, with
-    /// [`refresh_on_read`](SqliteSaverBuilder::refresh_on_read)).
-    Expire(Duration),
-    /// Never expire, whatever the saver's default.
-    Pinned,
-}
+pub use checkpoint_core::ThreadTtl;
 
 #[derive(Clone, Debug)]
 enum Location {
@@ -130,7 +119,7 @@ impl SqliteSaverBuilder {
 
     /// A TTL for every thread, counted from its last write (`None`, the default: data never
     /// expires). An expired thread is invisible at once; its rows are deleted by
-    /// [`SqliteSaver::sweep_expired`](crate::SqliteSaver::sweep_expired) or by its next write.
+    /// [`Saver::sweep_expired`](checkpoint_core::Saver::sweep_expired) or by its next write.
     pub fn default_ttl(mut self, ttl: Option<Duration>) -> Self {
         self.default_ttl = ttl;
         self

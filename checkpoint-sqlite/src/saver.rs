@@ -89,41 +89,11 @@ impl SqliteSaver {
         &self.inner.writer
     }
 
-    /// Sets how long `thread_id`'s data lives, applied at once and on every later write.
-    /// [`ThreadTtl::Pinned`] keeps the thread forever even when the saver has a default TTL.
-    /// Leases are never subject to a TTL.
-    pub async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
-        admin::set_thread_ttl(&self.inner, thread_id, ttl).await
-    }
-
-    /// Time left before `thread_id`'s data expires: `None` when it has no TTL or no data.
-    pub async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
-        admin::thread_ttl(&self.inner, thread_id).await
-    }
-
-    /// Deletes the rows of at most `limit` expired threads (expired threads are invisible
-    /// already) and returns how many threads it deleted. Each call is one short
-    /// transaction; call it until it returns less than `limit`, or let
-    /// [`spawn_sweeper`](Self::spawn_sweeper) do it.
-    pub async fn sweep_expired(&self, limit: usize) -> Result<usize> {
-        admin::sweep_expired(&self.inner, limit).await
-    }
-
-    /// Sweeps expired threads in the background, `batch` at a time, every `every`, until the
-    /// returned handle is aborted or the runtime stops. Errors are retried at the next tick.
+    /// Sweeps expired threads in the background (see
+    /// [`spawn_sweeper`](checkpoint_core::backend::spawn_sweeper)): `batch` at a time, every
+    /// `every`, until the returned handle is aborted or the runtime stops.
     pub fn spawn_sweeper(&self, every: Duration, batch: usize) -> tokio::task::JoinHandle<()> {
-        let saver = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                while let Ok(n) = saver.sweep_expired(batch).await {
-                    if n < batch {
-                        break;
-                    }
-                }
-            }
-        })
+        checkpoint_core::backend::spawn_sweeper(Arc::new(self.clone()), every, batch)
     }
 }
 
@@ -225,6 +195,18 @@ impl Saver for SqliteSaver {
 
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
         coord::abandon_claim(&self.inner, key, token).await
+    }
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        admin::set_thread_ttl(&self.inner, thread_id, ttl).await
+    }
+
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        admin::thread_ttl(&self.inner, thread_id).await
+    }
+
+    /// Each call is one short `IMMEDIATE` transaction on the writer.
+    async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        admin::sweep_expired(&self.inner, limit).await
     }
 }
 

@@ -322,9 +322,9 @@ ON CONFLICT (thread_id) DO UPDATE SET
 }
 
 statement! {
-    /// Milliseconds until thread `?1` expires (none: no TTL).
+    /// Milliseconds until thread `?1` expires (none: no TTL, or expired).
     THREAD_TTL = "SELECT expires_at_ms - NOW_MS FROM checkpoint_threads
-                  WHERE thread_id = ?1 AND expires_at_ms IS NOT NULL"
+                  WHERE thread_id = ?1 AND expires_at_ms > NOW_MS"
 }
 
 statement! {

@@ -9,6 +9,7 @@ pub mod get;
 pub mod hostile;
 pub mod list;
 pub mod put;
+pub mod ttl;
 pub mod writes;
 
 /// For an optional operation: when the saver does not advertise `$cap`, checks that `$call`

@@ -16,7 +16,9 @@
 //! * [`import_by_put`]: [`Saver::import`](crate::Saver::import) through `put` and
 //!   `put_writes`, for backends without a bulk path;
 //! * [`langgraph`]: reading checkpoints LangGraph's own savers serialized whole;
-//! * [`ReadSource`] and [`ReadOnly`]: a store that is only read, as a [`Saver`](crate::Saver).
+//! * [`ReadSource`] and [`ReadOnly`]: a store that is only read, as a [`Saver`](crate::Saver);
+//! * [`thread_ttl_ms`] and [`spawn_sweeper`]: thread retention
+//!   ([`Capabilities::ttl`](crate::Capabilities::ttl)).
 
 mod checks;
 mod import;
@@ -25,6 +27,7 @@ pub mod langgraph;
 pub mod legacy;
 mod paging;
 mod read_only;
+mod retention;
 
 pub use checks::{
     Identifiers, validate_claim_request, validate_lease_request, validate_put, validate_put_writes,
@@ -33,3 +36,4 @@ pub use import::{WriteCall, import_by_put, put_address, write_calls};
 pub use index::{canonical_json, canonical_json_into, digest128};
 pub use paging::{Page, collected_keys, paged, paged_keys, share_values};
 pub use read_only::{ReadOnly, ReadSource};
+pub use retention::{MAX_TTL_MS, spawn_sweeper, thread_ttl_ms};

@@ -98,7 +98,7 @@ impl InMemorySaver {
 #[async_trait]
 impl Saver for InMemorySaver {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::all()
+        Capabilities::all().with_ttl(false)
     }
 
     async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {

@@ -121,7 +121,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     @property
     def capabilities(self) -> dict[str, bool]:
         """The optional operations of the backend (copy_thread, prune, delete_for_runs,
-        compare_and_set, leases, ledger)."""
+        compare_and_set, leases, ledger, ttl)."""
         return self._native.capabilities()
 
     # -- conversions ----------------------------------------------------------------------

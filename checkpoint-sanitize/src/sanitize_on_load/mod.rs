@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use checkpoint_core::{
     BoxStream, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, DecodeLimits, Lease, ListOptions, PruneStrategy, PutOptions,
-    PutWritesOptions, Result, Saver, TypedValue,
+    PutWritesOptions, Result, Saver, ThreadTtl, TypedValue,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -576,5 +576,16 @@ impl<S: Saver> Saver for SanitizeOnLoad<S> {
 
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
         self.inner.abandon_claim(key, token).await
+    }
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        self.inner.set_thread_ttl(thread_id, ttl).await
+    }
+
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        self.inner.thread_ttl(thread_id).await
+    }
+
+    async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        self.inner.sweep_expired(limit).await
     }
 }

@@ -11,7 +11,7 @@ use checkpoint_core::writes::INTERRUPT;
 use checkpoint_core::{
     BoxStream, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, DecodeLimits, Error, Lease, ListOptions, PruneStrategy, PutMode,
-    PutOptions, PutWritesOptions, Result, Saver, TypedValue,
+    PutOptions, PutWritesOptions, Result, Saver, ThreadTtl, TypedValue,
 };
 
 pub use layer::SkipUnsafePutLayer;
@@ -613,5 +613,16 @@ impl<S: Saver> Saver for SkipUnsafePut<S> {
 
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
         self.inner.abandon_claim(key, token).await
+    }
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        self.inner.set_thread_ttl(thread_id, ttl).await
+    }
+
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        self.inner.thread_ttl(thread_id).await
+    }
+
+    async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        self.inner.sweep_expired(limit).await
     }
 }
