@@ -1,14 +1,19 @@
-//! Maintenance: `delete_thread`, `copy_thread`, `prune` and `delete_for_runs`, one statement
-//! each (atomic), and the integrity scan.
+//! Maintenance: `delete_thread`, `copy_thread`, `prune`, `delete_for_runs`, thread TTLs and
+//! sweeping expired threads, one statement each (atomic), and the integrity scan.
 
 use std::collections::BTreeMap;
 
-use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue};
+use std::time::Duration;
 
+use checkpoint_core::backend::thread_ttl_ms;
+use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue, ThreadTtl};
+
+use crate::config::stored_ttl_ms;
 use crate::core::Inner;
 use crate::error::classify;
 use crate::keys::{IDENTIFIERS, storable};
 use crate::sql;
+use crate::write::write_live;
 
 pub(crate) async fn delete_thread(inner: &Inner, thread_id: &str) -> Result<()> {
     if thread_id.is_empty() || !storable(thread_id) {
@@ -30,13 +35,18 @@ pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Re
     if source == target || source.is_empty() || !storable(source) {
         return Ok(());
     }
-    sqlx::query(sql::COPY_THREAD)
-        .bind(source)
-        .bind(target)
-        .execute(&inner.pool)
-        .await
-        .map_err(classify)?;
-    Ok(())
+    // An expired target is emptied first, so the copy does not bring its old rows back.
+    write_live(inner, &[target], || async {
+        let expired: bool = sqlx::query_scalar(sql::COPY_THREAD)
+            .bind(source)
+            .bind(target)
+            .bind(inner.default_ttl_ms)
+            .fetch_one(&inner.pool)
+            .await
+            .map_err(classify)?;
+        Ok((expired, ()))
+    })
+    .await
 }
 
 pub(crate) async fn prune(
@@ -79,6 +89,50 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
         .await
         .map_err(classify)?;
     Ok(())
+}
+
+pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+    let ttl_ms = thread_ttl_ms(thread_id, ttl)?.map(stored_ttl_ms);
+    IDENTIFIERS.check("thread_id", thread_id)?;
+    // An expired thread is forgotten first: a new TTL must not bring its old rows back.
+    let mut tx = inner.pool.begin().await.map_err(classify)?;
+    sqlx::query(sql::FORGET_EXPIRED)
+        .bind([thread_id])
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+    sqlx::query(sql::SET_THREAD_TTL)
+        .bind(thread_id)
+        .bind(ttl_ms)
+        .bind(inner.default_ttl_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+    tx.commit().await.map_err(classify)
+}
+
+pub(crate) async fn thread_ttl(inner: &Inner, thread_id: &str) -> Result<Option<Duration>> {
+    if thread_id.is_empty() || !storable(thread_id) {
+        return Ok(None);
+    }
+    let left: Option<i64> = sqlx::query_scalar(sql::THREAD_TTL)
+        .bind(thread_id)
+        .fetch_optional(&inner.pool)
+        .await
+        .map_err(classify)?;
+    Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+}
+
+pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> {
+    if limit == 0 {
+        return Ok(0);
+    }
+    let n: i64 = sqlx::query_scalar(sql::SWEEP_EXPIRED)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_one(&inner.pool)
+        .await
+        .map_err(classify)?;
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// The integrity scan of threads (see [`IntegrityScan`](checkpoint_core::IntegrityScan)):

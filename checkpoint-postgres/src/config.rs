@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use checkpoint_core::{Error, Result};
+use checkpoint_core::backend::thread_ttl_ms;
+use checkpoint_core::{Error, Result, ThreadTtl};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::core::Inner;
@@ -36,11 +37,23 @@ fn default_pool_options() -> PgPoolOptions {
         })
 }
 
+/// The longest TTL stored, in ms (about 95,000 years): `now() + ttl` stays a valid
+/// timestamp (PostgreSQL's end at year 294276) and `ttl * interval '1 millisecond'` cannot
+/// overflow an interval. Longer TTLs are stored as this.
+const MAX_TTL_MS: i64 = 3_000_000_000_000_000;
+
+/// A TTL as `checkpoint_threads.ttl_ms` stores it (0: pinned).
+pub(crate) fn stored_ttl_ms(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX).min(MAX_TTL_MS)
+}
+
 /// Configures and connects a [`PostgresSaver`](crate::PostgresSaver).
 pub struct PostgresSaverBuilder {
     options: PgConnectOptions,
     pool: PgPoolOptions,
     schema: Option<String>,
+    default_ttl: Option<Duration>,
+    refresh_on_read: bool,
 }
 
 impl fmt::Debug for PostgresSaverBuilder {
@@ -50,6 +63,8 @@ impl fmt::Debug for PostgresSaverBuilder {
             .field("port", &self.options.get_port())
             .field("database", &self.options.get_database())
             .field("schema", &self.schema)
+            .field("default_ttl", &self.default_ttl)
+            .field("refresh_on_read", &self.refresh_on_read)
             .finish_non_exhaustive()
     }
 }
@@ -62,7 +77,27 @@ impl PostgresSaverBuilder {
             options,
             pool: default_pool_options(),
             schema: None,
+            default_ttl: None,
+            refresh_on_read: false,
         }
+    }
+
+    /// Expires threads this long after their last write (default `None`: never), unless
+    /// [`Saver::set_thread_ttl`](checkpoint_core::Saver::set_thread_ttl) gave them their own
+    /// TTL or pinned them. An expired thread is invisible at once; its rows are deleted by
+    /// [`Saver::sweep_expired`](checkpoint_core::Saver::sweep_expired) (or in the background
+    /// by [`spawn_sweeper`](checkpoint_core::backend::spawn_sweeper)) or by its next write.
+    /// At least 1 ms.
+    pub fn default_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// Whether `get_tuple` also restarts the TTL of the thread it read (default `false`:
+    /// only writes do). One more statement per read that found a checkpoint.
+    pub fn refresh_on_read(mut self, yes: bool) -> Self {
+        self.refresh_on_read = yes;
+        self
     }
 
     /// Puts the tables in this schema (created by [`PostgresSaver::setup`](crate::PostgresSaver::setup)) instead of the
@@ -89,20 +124,34 @@ impl PostgresSaverBuilder {
     /// Connects the pool lazily (connections open on first use): the state of a new saver.
     pub(crate) fn connect_lazy_inner(self) -> Result<Inner> {
         let options = self.options_with_schema()?;
+        let default_ttl_ms = self.default_ttl_ms()?;
         Ok(Inner {
             pool: self.pool.connect_lazy_with(options),
             schema: self.schema,
+            default_ttl_ms,
+            refresh_on_read: self.refresh_on_read,
         })
     }
 
     /// Connects the pool, opening a first connection: the state of a new saver.
     pub(crate) async fn connect_inner(self) -> Result<Inner> {
         let options = self.options_with_schema()?;
+        let default_ttl_ms = self.default_ttl_ms()?;
         let pool = self.pool.connect_with(options).await.map_err(classify)?;
         Ok(Inner {
             pool,
             schema: self.schema,
+            default_ttl_ms,
+            refresh_on_read: self.refresh_on_read,
         })
+    }
+
+    fn default_ttl_ms(&self) -> Result<Option<i64>> {
+        match self.default_ttl {
+            None => Ok(None),
+            Some(ttl) if ttl.is_zero() => Err(Error::invalid("default_ttl must be at least 1 ms")),
+            Some(ttl) => Ok(thread_ttl_ms("default", ThreadTtl::Expire(ttl))?.map(stored_ttl_ms)),
+        }
     }
 
     fn options_with_schema(&self) -> Result<PgConnectOptions> {

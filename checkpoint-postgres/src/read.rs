@@ -55,6 +55,14 @@ pub(crate) async fn get_tuple(
     .map_err(classify)?;
     let mut tuples = decode_page(&rows)?;
     legacy_sends(&inner.pool, &mut tuples).await?;
+    if inner.refresh_on_read && !tuples.is_empty() {
+        sqlx::query(sql::REFRESH_TTL)
+            .bind(&config.thread_id)
+            .bind(inner.default_ttl_ms)
+            .execute(&inner.pool)
+            .await
+            .map_err(classify)?;
+    }
     Ok(tuples.into_iter().next())
 }
 
@@ -146,7 +154,11 @@ fn page_query(
     };
     let mut qb = QueryBuilder::<Postgres>::new(sql::LIST_PAGE_HEAD);
     qb.push(order).push(sql::LIST_PAGE_FROM);
-    qb.push(" WHERE true");
+    // Expired threads are invisible.
+    qb.push(
+        " WHERE NOT EXISTS (SELECT 1 FROM checkpoint_threads x \
+         WHERE x.thread_id = c.thread_id AND x.expires_at <= now())",
+    );
     if let Some(t) = &opts.thread_id {
         qb.push(" AND c.thread_id = ").push_bind(t.clone());
     }

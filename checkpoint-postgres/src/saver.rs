@@ -9,8 +9,8 @@ use std::time::Duration;
 use checkpoint_core::{
     BoxStream, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, DeltaChannelHistory, Error, IntegrityScan, Lease, ListOptions,
-    PruneStrategy, PutOptions, PutWritesOptions, Result, Saver, StorageIssue, TypedValue,
-    async_trait,
+    PruneStrategy, PutOptions, PutWritesOptions, Result, Saver, StorageIssue, ThreadTtl,
+    TypedValue, async_trait,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool};
 
@@ -77,8 +77,16 @@ impl PostgresSaver {
     }
 
     /// Uses an existing pool (its connections' `search_path` decides the schema).
+    /// No default TTL, no refresh on read: use the builder's
+    /// [`pool_options`](PostgresSaverBuilder::pool_options) for those with a pool of your
+    /// own settings.
     pub fn from_pool(pool: PgPool) -> Self {
-        Self::from_inner(Inner { pool, schema: None })
+        Self::from_inner(Inner {
+            pool,
+            schema: None,
+            default_ttl_ms: None,
+            refresh_on_read: false,
+        })
     }
 
     /// The pool.
@@ -103,7 +111,7 @@ impl PostgresSaver {
 #[async_trait]
 impl Saver for PostgresSaver {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::all().with_ttl(false)
+        Capabilities::all()
     }
 
     async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
@@ -202,6 +210,20 @@ impl Saver for PostgresSaver {
 
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
         coord::abandon_claim(&self.inner, key, token).await
+    }
+
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        admin::set_thread_ttl(&self.inner, thread_id, ttl).await
+    }
+
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        admin::thread_ttl(&self.inner, thread_id).await
+    }
+
+    /// One statement per call; threads being written are skipped (`SKIP LOCKED`), so the
+    /// sweep never waits for a write nor a write for it.
+    async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        admin::sweep_expired(&self.inner, limit).await
     }
 }
 

@@ -5,7 +5,7 @@
 //! `checkpoint_migrations`. We apply the same statements under the same numbers (creating
 //! its indexes without `CONCURRENTLY`, since our setup runs in one transaction), so a Python
 //! service and a Rust service can share the tables and either may run its setup first. This
-//! crate's own objects (lease and ledger tables, list and filter indexes, the
+//! crate's own objects (lease, ledger and thread-TTL tables, list and filter indexes, the
 //! compare-and-set helper function) are versioned separately in `checkpoint_rs_migrations`,
 //! so they never shift LangGraph's numbering.
 
@@ -147,4 +147,12 @@ pub(crate) const OWN: &[&str] = &[
         NULL;
     END
     $$",
+    // Thread retention: a row for each thread with a TTL. ttl_ms NULL: the saver's default;
+    // 0: pinned; > 0: the thread's own TTL. expires_at NULL: never.
+    "CREATE TABLE IF NOT EXISTS checkpoint_threads (
+        thread_id TEXT PRIMARY KEY,
+        ttl_ms BIGINT CHECK (ttl_ms >= 0),
+        expires_at TIMESTAMPTZ
+    )",
+    "CREATE INDEX IF NOT EXISTS checkpoint_threads_expiry_idx ON checkpoint_threads (expires_at)",
 ];

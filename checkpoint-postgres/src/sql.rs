@@ -3,7 +3,7 @@
 
 /// The rows of one checkpoint tuple, in one query and in the same shape as a list page
 /// (see [`LIST_PAGE_TAIL`], decoded by the same code): `$head` selects the checkpoint row
-/// (at most one) into the CTE `c`; the result has one row of kind `c` (the checkpoint), one
+/// (at most one) of thread `$1`, unless the thread expired, into the CTE `c`; the result has one row of kind `c` (the checkpoint), one
 /// of kind `b` per stored value it names and one of kind `w` per pending write. Values
 /// travel as plain rows, not arrays: building a `bytea[]` copies every detoasted value once
 /// more on the server and cost ≈ 0.2 ms per call on the W2 workload.
@@ -14,7 +14,8 @@ macro_rules! select_tuple {
 WITH c AS (
     SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata
     FROM checkpoints c
-    WHERE ",
+    WHERE NOT EXISTS (SELECT 1 FROM checkpoint_threads x WHERE x.thread_id = $1 AND x.expires_at <= now())
+      AND ",
             $head,
             "
 )
@@ -96,6 +97,77 @@ CROSS JOIN LATERAL (
 ) AS bl
 ";
 
+/// The CTEs `touch` and `touch_own` that restart the TTL of the threads a write wrote:
+/// `$source` is a row source with one column `tid` (each thread once), `$default` the
+/// parameter holding the saver's default TTL in ms (NULL: none). With a default, every
+/// thread gets a TTL row; without one, only threads with their own TTL are touched. A pinned
+/// thread (`ttl_ms = 0`) never expires; a thread's own TTL (`ttl_ms > 0`) wins over the
+/// default.
+macro_rules! touch {
+    ($source:literal, $default:literal) => {
+        concat!(
+            "
+touch AS (
+    INSERT INTO checkpoint_threads AS t (thread_id, ttl_ms, expires_at)
+    SELECT s.tid, NULL::bigint, now() + ",
+            $default,
+            "::bigint * interval '1 millisecond'
+    FROM ",
+            $source,
+            " AS s
+    WHERE ",
+            $default,
+            "::bigint IS NOT NULL
+    ON CONFLICT (thread_id) DO UPDATE SET expires_at = CASE
+        WHEN t.ttl_ms = 0 THEN NULL
+        WHEN t.ttl_ms > 0 THEN now() + t.ttl_ms * interval '1 millisecond'
+        ELSE EXCLUDED.expires_at END
+),
+touch_own AS (
+    UPDATE checkpoint_threads t SET expires_at = now() + t.ttl_ms * interval '1 millisecond'
+    FROM ",
+            $source,
+            " AS s
+    WHERE ",
+            $default,
+            "::bigint IS NULL AND t.thread_id = s.tid AND t.ttl_ms > 0
+)"
+        )
+    };
+}
+
+/// The CTEs `seen`, `ttl`, `gate` (one row: `expired`) and `ok` of a write to several
+/// threads (`$threads`: a row source with one column `tid`): their TTL rows are locked `FOR
+/// KEY SHARE` in thread order, and the write must not happen (`ok` false) when one of them
+/// has expired, or was deleted since the statement's snapshot (see [`PUT`]).
+macro_rules! ttl_gate {
+    ($threads:literal) => {
+        concat!(
+            "
+seen AS (
+    SELECT thread_id FROM checkpoint_threads WHERE thread_id IN ",
+            $threads,
+            "
+),
+ttl AS (
+    SELECT thread_id, coalesce(expires_at <= now(), false) AS expired FROM checkpoint_threads
+    WHERE thread_id IN ",
+            $threads,
+            "
+    ORDER BY thread_id
+    FOR KEY SHARE
+),
+gate AS (
+    SELECT EXISTS (SELECT 1 FROM ttl WHERE expired)
+           OR (SELECT count(*) FROM seen) > (SELECT count(*) FROM ttl) AS expired
+),
+ok AS (
+    SELECT NOT expired AS ok FROM gate
+)"
+        )
+    };
+}
+
 /// get_tuple by id: $1 thread, $2 ns, $3 id.
 pub(crate) const GET_BY_ID: &str =
     select_tuple!("c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = $3");
@@ -118,6 +190,7 @@ WITH RECURSIVE
 target AS (
     SELECT c.parent_checkpoint_id AS parent FROM checkpoints c
     WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND ($3::text IS NULL OR c.checkpoint_id = $3)
+      AND NOT EXISTS (SELECT 1 FROM checkpoint_threads x WHERE x.thread_id = $1 AND x.expires_at <= now())
     ORDER BY c.checkpoint_id DESC LIMIT 1
 ),
 chain AS (
@@ -168,25 +241,43 @@ WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 AND channel =
 ///
 /// $1 thread, $2 ns, $3 id, $4 parent id (NULL: none), $5 checkpoint JSONB, $6 metadata
 /// JSONB, $7..$10 the new values as parallel arrays (channel, version, type, blob), $11
-/// compare-and-set, $12 fencing token (NULL: unfenced).
+/// compare-and-set, $12 fencing token (NULL: unfenced), $13 the saver's default TTL in ms
+/// (NULL: none).
 ///
-/// Returns one row: whether the fence and the compare-and-set passed, the head seen by the
-/// compare-and-set, and the thread's current lease token. Nothing is written unless both
-/// passed. `inline_copy` turns values a LangGraph Python writer kept inline in the parent's
+/// Returns one row: whether the thread had expired, whether the fence and the
+/// compare-and-set passed, the head seen by the compare-and-set, and the thread's current
+/// lease token. Nothing is written unless the thread is live and both passed; a written
+/// thread's TTL starts again (see [`touch!`]). The thread's TTL row is locked `FOR KEY
+/// SHARE` (which concurrent writers share, and which lets them update `expires_at`), so a
+/// sweeper (which skips locked rows) never deletes a thread while it is written. A TTL row
+/// the statement's snapshot sees but the lock no longer finds was deleted meanwhile (a
+/// sweep or another writer's forget): the thread counts as expired, so the write is retried
+/// with a fresh snapshot instead of writing from the deleted rows. `inline_copy` turns values a LangGraph Python writer kept inline in the parent's
 /// checkpoint JSON into `json` blobs when this checkpoint still names their version, so a
 /// thread started in Python and continued here keeps every value (Python reads `json`
 /// blobs natively).
-pub(crate) const PUT: &str = "
+pub(crate) const PUT: &str = concat!(
+    "
 WITH lease AS (
     SELECT token FROM checkpoint_leases
     WHERE thread_id = $1 AND $12::bigint IS NOT NULL
     FOR SHARE
 ),
+seen AS (
+    SELECT expires_at FROM checkpoint_threads WHERE thread_id = $1
+),
+ttl AS (
+    SELECT coalesce(expires_at <= now(), false) AS expired FROM checkpoint_threads
+    WHERE thread_id = $1 FOR KEY SHARE
+),
 head AS (
-    SELECT CASE WHEN $11 THEN checkpoint_rs_locked_head($1, $2) END AS head
+    -- After the TTL lock (the subquery is evaluated first), so a compare-and-set reads the
+    -- head of a thread no sweep is deleting.
+    SELECT CASE WHEN $11 AND (SELECT count(*) FROM ttl) >= 0 THEN checkpoint_rs_locked_head($1, $2) END AS head
 ),
 gate AS (
-    SELECT ($12::bigint IS NULL OR coalesce((SELECT token FROM lease) = $12, false)) AS fence_ok,
+    SELECT coalesce((SELECT expired FROM ttl), EXISTS (SELECT 1 FROM seen)) AS expired,
+           ($12::bigint IS NULL OR coalesce((SELECT token FROM lease) = $12, false)) AS fence_ok,
            (NOT $11
             OR h.head IS NOT DISTINCT FROM $4::text
             OR (h.head = $3 AND EXISTS (
@@ -197,11 +288,14 @@ gate AS (
            (SELECT token FROM lease) AS current_token
     FROM head h
 ),
+ok AS (
+    SELECT NOT expired AND fence_ok AND cas_ok AS ok FROM gate
+),
 blobs AS (
     INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT $1, $2, u.channel, u.version, u.type, u.blob
     FROM unnest($7::text[], $8::text[], $9::text[], $10::bytea[]) AS u(channel, version, type, blob)
-    WHERE (SELECT fence_ok AND cas_ok FROM gate)
+    WHERE (SELECT ok FROM ok)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 ),
 inline_copy AS (
@@ -214,20 +308,23 @@ inline_copy AS (
       AND p.checkpoint -> 'channel_values' ? v.key
       AND p.checkpoint -> 'channel_versions' ->> v.key = v.value
       AND NOT (v.key = ANY($7::text[]))
-      AND (SELECT fence_ok AND cas_ok FROM gate)
+      AND (SELECT ok FROM ok)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 ),
 cp AS (
     INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
     SELECT $1, $2, $3, $4::text, $5, $6
-    WHERE (SELECT fence_ok AND cas_ok FROM gate)
+    WHERE (SELECT ok FROM ok)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
         checkpoint = EXCLUDED.checkpoint,
         metadata = EXCLUDED.metadata,
         parent_checkpoint_id = EXCLUDED.parent_checkpoint_id
-)
-SELECT fence_ok, cas_ok, head, current_token FROM gate
-";
+),
+",
+    touch!("(SELECT $1::text AS tid WHERE (SELECT ok FROM ok))", "$13"),
+    "
+SELECT expired, fence_ok, cas_ok, head, current_token FROM gate
+");
 
 /// `import`: values, checkpoints and pending writes of any number of checkpoints, as
 /// parallel arrays: $1..$6 values (thread, ns, channel, version, type, blob: NULL for a
@@ -235,17 +332,27 @@ SELECT fence_ok, cas_ok, head, current_token FROM gate
 /// parent, checkpoint JSON text, metadata JSON text), replaced when the address exists;
 /// $13..$22 writes (thread, ns, checkpoint id, task, task path, idx, channel, type, blob,
 /// replace), kept when `(checkpoint, task, idx)` exists unless `replace` (special
-/// channels). Each key occurs once in its arrays; the caller ensures it.
-pub(crate) const IMPORT: &str = "
-WITH blobs AS (
+/// channels); $23 the saver's default TTL in ms (the imported threads' TTLs start again).
+/// Each key occurs once in its arrays; the caller ensures it. Returns whether one of the
+/// threads had expired (see [`ttl_gate!`]): then nothing was written.
+pub(crate) const IMPORT: &str = concat!(
+    "
+WITH threads AS (
+    SELECT DISTINCT u AS tid FROM unnest($7::text[] || $13::text[]) AS u
+),",
+    ttl_gate!("(SELECT tid FROM threads)"),
+    ",
+blobs AS (
     INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
+    WHERE (SELECT ok FROM ok)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 ),
 cps AS (
     INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
     SELECT u.t, u.n, u.c, u.p, u.cp::jsonb, u.m::jsonb
     FROM unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) AS u(t, n, c, p, cp, m)
+    WHERE (SELECT ok FROM ok)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
         checkpoint = EXCLUDED.checkpoint,
         metadata = EXCLUDED.metadata,
@@ -255,17 +362,23 @@ w AS (
     SELECT * FROM unnest($13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
                          $18::int[], $19::text[], $20::text[], $21::bytea[], $22::bool[])
         AS u(t, n, c, task, path, idx, channel, type, blob, replace)
+    WHERE (SELECT ok FROM ok)
 ),
 kept AS (
     INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
     SELECT t, n, c, task, path, idx, channel, type, blob FROM w WHERE NOT replace
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
-)
-INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-SELECT t, n, c, task, path, idx, channel, type, blob FROM w WHERE replace
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-    channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path
-";
+),
+replaced AS (
+    INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+    SELECT t, n, c, task, path, idx, channel, type, blob FROM w WHERE replace
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+        channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path
+),",
+    touch!("(SELECT tid FROM threads WHERE (SELECT ok FROM ok))", "$23"),
+    "
+SELECT expired FROM gate
+");
 
 macro_rules! put_writes {
     ($conflict:literal) => {
@@ -276,28 +389,42 @@ WITH lease AS (
     WHERE thread_id = $1 AND $10::bigint IS NOT NULL
     FOR SHARE
 ),
+seen AS (
+    SELECT expires_at FROM checkpoint_threads WHERE thread_id = $1
+),
+ttl AS (
+    SELECT coalesce(expires_at <= now(), false) AS expired FROM checkpoint_threads
+    WHERE thread_id = $1 FOR KEY SHARE
+),
 gate AS (
-    SELECT ($10::bigint IS NULL OR coalesce((SELECT token FROM lease) = $10, false)) AS fence_ok,
+    SELECT coalesce((SELECT expired FROM ttl), EXISTS (SELECT 1 FROM seen)) AS expired,
+           ($10::bigint IS NULL OR coalesce((SELECT token FROM lease) = $10, false)) AS fence_ok,
            (SELECT token FROM lease) AS current_token
+),
+ok AS (
+    SELECT NOT expired AND fence_ok AS ok FROM gate
 ),
 ins AS (
     INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
     SELECT $1, $2, $3, $4, $5, u.idx, u.channel, u.type, u.blob
     FROM unnest($6::int[], $7::text[], $8::text[], $9::bytea[]) WITH ORDINALITY AS u(idx, channel, type, blob, n)
-    WHERE (SELECT fence_ok FROM gate)
+    WHERE (SELECT ok FROM ok)
     ORDER BY u.n
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) ",
             $conflict,
             "
-)
-SELECT fence_ok, current_token FROM gate
+),",
+            touch!("(SELECT $1::text AS tid WHERE (SELECT ok FROM ok))", "$11"),
+            "
+SELECT expired, fence_ok, current_token FROM gate
 "
         )
     };
 }
 
 /// put_writes keeping existing writes (first write wins). $1 thread, $2 ns, $3 checkpoint
-/// id, $4 task id, $5 task path, $6..$9 (idx, channel, type, blob) arrays, $10 fence.
+/// id, $4 task id, $5 task path, $6..$9 (idx, channel, type, blob) arrays, $10 fence, $11
+/// the saver's default TTL in ms. Nothing is written to an expired thread (see [`PUT`]).
 pub(crate) const PUT_WRITES_KEEP: &str = put_writes!("DO NOTHING");
 
 /// put_writes replacing existing writes (a call made only of special channels).
@@ -316,32 +443,51 @@ pub(crate) const OWN_VERSION: &str = "SELECT max(v) FROM checkpoint_rs_migration
 pub(crate) const OWN_RECORD: &str =
     "INSERT INTO checkpoint_rs_migrations (v) VALUES ($1) ON CONFLICT DO NOTHING";
 
-/// delete_thread: $1 thread.
+/// delete_thread: $1 thread (its TTL setting too, not its lease).
 pub(crate) const DELETE_THREAD: &str = "
 WITH c AS (DELETE FROM checkpoints WHERE thread_id = $1),
-     b AS (DELETE FROM checkpoint_blobs WHERE thread_id = $1)
+     b AS (DELETE FROM checkpoint_blobs WHERE thread_id = $1),
+     t AS (DELETE FROM checkpoint_threads WHERE thread_id = $1)
 DELETE FROM checkpoint_writes WHERE thread_id = $1
 ";
 
-/// copy_thread: $1 source, $2 target. Existing target rows are kept.
-pub(crate) const COPY_THREAD: &str = "
-WITH c AS (
+/// copy_thread: $1 source (nothing when it expired), $2 target, $3 the saver's default TTL
+/// in ms (the target was written: its TTL starts again). Existing target rows are kept.
+/// Returns whether the target had expired (see [`ttl_gate!`]): then nothing was copied.
+pub(crate) const COPY_THREAD: &str = concat!(
+    "
+WITH",
+    ttl_gate!("(SELECT $2::text)"),
+    ",
+live AS (
+    SELECT (SELECT ok FROM ok) AND NOT EXISTS (
+        SELECT 1 FROM checkpoint_threads x WHERE x.thread_id = $1 AND x.expires_at <= now()) AS live
+),
+c AS (
     INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
     SELECT $2, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
-    FROM checkpoints WHERE thread_id = $1
+    FROM checkpoints WHERE thread_id = $1 AND (SELECT live FROM live)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO NOTHING
 ),
 b AS (
     INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT $2, checkpoint_ns, channel, version, type, blob
-    FROM checkpoint_blobs WHERE thread_id = $1
+    FROM checkpoint_blobs WHERE thread_id = $1 AND (SELECT live FROM live)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
-)
-INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-SELECT $2, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
-FROM checkpoint_writes WHERE thread_id = $1
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
-";
+),
+cw AS (
+    INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+    SELECT $2, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
+    FROM checkpoint_writes WHERE thread_id = $1 AND (SELECT live FROM live)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+),",
+    touch!(
+        "(SELECT $2::text AS tid WHERE (SELECT live FROM live) AND EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = $1))",
+        "$3"
+    ),
+    "
+SELECT expired FROM gate
+");
 
 /// The recursive part of the delta-aware deletions (see
 /// `checkpoint_core::delta::needed_ancestors`), over a CTE `scope` of checkpoints with
@@ -453,7 +599,8 @@ WHERE b.thread_id = t.thread_id AND b.checkpoint_ns = t.checkpoint_ns
 /// prune deleting everything of the threads $1.
 pub(crate) const PRUNE_ALL: &str = "
 WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY($1)),
-     b AS (DELETE FROM checkpoint_blobs WHERE thread_id = ANY($1))
+     b AS (DELETE FROM checkpoint_blobs WHERE thread_id = ANY($1)),
+     t AS (DELETE FROM checkpoint_threads WHERE thread_id = ANY($1))
 DELETE FROM checkpoint_writes WHERE thread_id = ANY($1)
 ";
 
@@ -619,9 +766,85 @@ GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3";
 
 /// A page of `list_threads`: up to $2 distinct thread ids after $1, ascending (the primary
-/// key's order).
+/// key's order), expired threads left out.
 pub(crate) const LIST_THREADS: &str = "
-SELECT DISTINCT thread_id FROM checkpoints
-WHERE thread_id > $1
-ORDER BY thread_id
+SELECT DISTINCT c.thread_id FROM checkpoints c
+WHERE c.thread_id > $1
+  AND NOT EXISTS (SELECT 1 FROM checkpoint_threads x WHERE x.thread_id = c.thread_id AND x.expires_at <= now())
+ORDER BY c.thread_id
 LIMIT $2";
+
+/// Deletes every row of the threads `$1` whose TTL ran out (not their leases) and forgets
+/// their TTL settings; returns how many threads it deleted. A thread written again after
+/// it expired goes through this first, so its old data never reappears. The TTL row is
+/// deleted first and decides: of racing calls, one deletes the thread's rows.
+pub(crate) const FORGET_EXPIRED: &str = "
+WITH gone AS (
+    DELETE FROM checkpoint_threads WHERE thread_id = ANY($1::text[]) AND expires_at <= now()
+    RETURNING thread_id
+),
+c AS (DELETE FROM checkpoints WHERE thread_id IN (SELECT thread_id FROM gone)),
+b AS (DELETE FROM checkpoint_blobs WHERE thread_id IN (SELECT thread_id FROM gone)),
+w AS (DELETE FROM checkpoint_writes WHERE thread_id IN (SELECT thread_id FROM gone))
+SELECT count(*) FROM gone
+";
+
+/// `sweep_expired`: deletes every row of at most `$1` expired threads, oldest expiry first,
+/// skipping threads a write holds (their TTL row is locked) so neither waits for the other;
+/// returns how many threads it deleted.
+pub(crate) const SWEEP_EXPIRED: &str = "
+WITH doomed AS (
+    SELECT thread_id FROM checkpoint_threads
+    WHERE expires_at <= now()
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM checkpoint_threads t USING doomed d WHERE t.thread_id = d.thread_id
+    RETURNING t.thread_id
+),
+c AS (DELETE FROM checkpoints WHERE thread_id IN (SELECT thread_id FROM gone)),
+b AS (DELETE FROM checkpoint_blobs WHERE thread_id IN (SELECT thread_id FROM gone)),
+w AS (DELETE FROM checkpoint_writes WHERE thread_id IN (SELECT thread_id FROM gone))
+SELECT count(*) FROM gone
+";
+
+/// `set_thread_ttl` of `$1`: `$2` NULL (the saver's default, `$3` ms or none), 0 (pinned) or
+/// the TTL in ms, applied from now. Run after [`FORGET_EXPIRED`], so an expired thread is
+/// not brought back.
+pub(crate) const SET_THREAD_TTL: &str = "
+INSERT INTO checkpoint_threads (thread_id, ttl_ms, expires_at)
+VALUES ($1, $2, CASE WHEN $2::bigint = 0 THEN NULL
+                     WHEN $2::bigint > 0 THEN now() + $2::bigint * interval '1 millisecond'
+                     WHEN $3::bigint IS NOT NULL THEN now() + $3::bigint * interval '1 millisecond'
+                     END)
+ON CONFLICT (thread_id) DO UPDATE SET ttl_ms = EXCLUDED.ttl_ms, expires_at = EXCLUDED.expires_at
+";
+
+/// Milliseconds until thread `$1` expires: no row when it has no TTL, no data or has
+/// expired.
+pub(crate) const THREAD_TTL: &str = "
+SELECT ceil(extract(epoch FROM (t.expires_at - now())) * 1000)::bigint
+FROM checkpoint_threads t
+WHERE t.thread_id = $1 AND t.expires_at > now()
+  AND (EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = $1)
+       OR EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = $1))
+";
+
+/// Refresh on read: thread `$1`'s TTL starts again (its own, else the default `$2` ms; a
+/// thread read before it had a TTL row gets one), unless it is pinned or expired meanwhile.
+pub(crate) const REFRESH_TTL: &str = "
+WITH up AS (
+    INSERT INTO checkpoint_threads AS t (thread_id, ttl_ms, expires_at)
+    SELECT $1, NULL, now() + $2::bigint * interval '1 millisecond'
+    WHERE $2::bigint IS NOT NULL
+    ON CONFLICT (thread_id) DO UPDATE SET expires_at = CASE
+        WHEN t.ttl_ms = 0 THEN NULL
+        WHEN t.ttl_ms > 0 THEN now() + t.ttl_ms * interval '1 millisecond'
+        ELSE EXCLUDED.expires_at END
+    WHERE t.expires_at > now()
+)
+UPDATE checkpoint_threads t SET expires_at = now() + t.ttl_ms * interval '1 millisecond'
+WHERE $2::bigint IS NULL AND t.thread_id = $1 AND t.ttl_ms > 0 AND t.expires_at > now()
+";

@@ -20,6 +20,65 @@ use crate::error::classify;
 use crate::keys::{IDENTIFIERS, token_i64, token_u64};
 use crate::sql;
 
+/// How many times a write may find its thread expired, forget it and try again.
+const EXPIRED_RETRIES: u32 = 3;
+
+/// Runs a write whose statement writes nothing to an expired thread (answering `expired`):
+/// then deletes the expired threads' rows ([`forget_expired`]) and runs it again, with a new
+/// snapshot. Once in practice; the bound guards against a clock gone wild.
+pub(crate) async fn write_live<T, F, Fut>(
+    inner: &Inner,
+    threads: &[&str],
+    mut write: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(bool, T)>>,
+{
+    let mut forgotten = 0;
+    loop {
+        let (expired, out) = write().await?;
+        if !expired {
+            return Ok(out);
+        }
+        if forgotten == EXPIRED_RETRIES {
+            return Err(expired_retries(
+                threads.first().copied().unwrap_or_default(),
+            ));
+        }
+        forgotten += 1;
+        forget_expired(inner, threads).await?;
+    }
+}
+
+/// Whether a write's gate found its thread expired (it wrote nothing).
+fn expired(row: &sqlx::postgres::PgRow) -> Result<bool> {
+    row.try_get("expired").map_err(classify)
+}
+
+fn expired_retries(thread_id: &str) -> Error {
+    Error::Unavailable {
+        backend: "postgres",
+        source: format!(
+            "thread {thread_id:?} kept expiring while it was written ({EXPIRED_RETRIES} retries)"
+        )
+        .into(),
+    }
+}
+
+/// Deletes the rows of those of `threads` whose TTL ran out (see `sql::FORGET_EXPIRED`).
+pub(crate) async fn forget_expired(inner: &Inner, threads: &[&str]) -> Result<u64> {
+    if threads.is_empty() {
+        return Ok(0);
+    }
+    let n: i64 = sqlx::query_scalar(sql::FORGET_EXPIRED)
+        .bind(threads)
+        .fetch_one(&inner.pool)
+        .await
+        .map_err(classify)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 pub(crate) async fn put(
     inner: &Inner,
     config: &CheckpointConfig,
@@ -52,22 +111,28 @@ pub(crate) async fn put(
         channels.push(channel.as_str());
         versions.push(version);
     }
-    let row = sqlx::query(sql::PUT)
-        .bind(&config.thread_id)
-        .bind(&config.checkpoint_ns)
-        .bind(&checkpoint.id)
-        .bind(config.checkpoint_id.as_deref())
-        .bind(Json(&column))
-        .bind(Json(&metadata_json))
-        .bind(&channels)
-        .bind(&versions)
-        .bind(&types)
-        .bind(&blobs)
-        .bind(options.mode == PutMode::CompareAndSet)
-        .bind(options.fence.map(token_i64))
-        .fetch_one(&inner.pool)
-        .await
-        .map_err(classify)?;
+    let thread = [config.thread_id.as_str()];
+    let row = write_live(inner, &thread, || async {
+        let row = sqlx::query(sql::PUT)
+            .bind(&config.thread_id)
+            .bind(&config.checkpoint_ns)
+            .bind(&checkpoint.id)
+            .bind(config.checkpoint_id.as_deref())
+            .bind(Json(&column))
+            .bind(Json(&metadata_json))
+            .bind(&channels)
+            .bind(&versions)
+            .bind(&types)
+            .bind(&blobs)
+            .bind(options.mode == PutMode::CompareAndSet)
+            .bind(options.fence.map(token_i64))
+            .bind(inner.default_ttl_ms)
+            .fetch_one(&inner.pool)
+            .await
+            .map_err(classify)?;
+        Ok((expired(&row)?, row))
+    })
+    .await?;
     let fence_ok: bool = row.try_get("fence_ok").map_err(classify)?;
     let cas_ok: bool = row.try_get("cas_ok").map_err(classify)?;
     if !fence_ok {
@@ -146,20 +211,26 @@ pub(crate) async fn put_writes(
     } else {
         sql::PUT_WRITES_KEEP
     };
-    let row = sqlx::query(statement)
-        .bind(&config.thread_id)
-        .bind(&config.checkpoint_ns)
-        .bind(checkpoint_id)
-        .bind(task_id)
-        .bind(&options.task_path)
-        .bind(&idxs)
-        .bind(&channels)
-        .bind(&types)
-        .bind(&blobs)
-        .bind(options.fence.map(token_i64))
-        .fetch_one(&inner.pool)
-        .await
-        .map_err(classify)?;
+    let thread = [config.thread_id.as_str()];
+    let row = write_live(inner, &thread, || async {
+        let row = sqlx::query(statement)
+            .bind(&config.thread_id)
+            .bind(&config.checkpoint_ns)
+            .bind(checkpoint_id)
+            .bind(task_id)
+            .bind(&options.task_path)
+            .bind(&idxs)
+            .bind(&channels)
+            .bind(&types)
+            .bind(&blobs)
+            .bind(options.fence.map(token_i64))
+            .bind(inner.default_ttl_ms)
+            .fetch_one(&inner.pool)
+            .await
+            .map_err(classify)?;
+        Ok((expired(&row)?, row))
+    })
+    .await?;
     let fence_ok: bool = row.try_get("fence_ok").map_err(classify)?;
     if !fence_ok {
         let current: Option<i64> = row.try_get("current_token").map_err(classify)?;
@@ -261,33 +332,45 @@ pub(crate) async fn import(inner: &Inner, tuples: Vec<CheckpointTuple>) -> Resul
     }
     let w_blobs: Vec<&[u8]> = w_blobs.iter().map(|b| &b[..]).collect();
     let b_blobs: Vec<Option<&[u8]>> = blobs.blob.iter().map(|b| b.as_deref()).collect();
-    sqlx::query(sql::IMPORT)
-        .bind(&blobs.thread)
-        .bind(&blobs.ns)
-        .bind(&blobs.channel)
-        .bind(&blobs.version)
-        .bind(&blobs.ty)
-        .bind(&b_blobs)
-        .bind(&c.cp_thread)
-        .bind(&c.cp_ns)
-        .bind(&c.cp_id)
-        .bind(&c.cp_parent)
-        .bind(&c.cp_checkpoint)
-        .bind(&c.cp_metadata)
-        .bind(&c.w_thread)
-        .bind(&c.w_ns)
-        .bind(&c.w_id)
-        .bind(&c.w_task)
-        .bind(&c.w_path)
-        .bind(&c.w_idx)
-        .bind(&c.w_channel)
-        .bind(&w_types)
-        .bind(&w_blobs)
-        .bind(&c.w_replace)
-        .execute(&inner.pool)
-        .await
-        .map_err(classify)?;
-    Ok(())
+    let mut threads: Vec<&str> = c
+        .cp_thread
+        .iter()
+        .chain(&c.w_thread)
+        .map(String::as_str)
+        .collect();
+    threads.sort_unstable();
+    threads.dedup();
+    write_live(inner, &threads, || async {
+        let expired: bool = sqlx::query_scalar(sql::IMPORT)
+            .bind(&blobs.thread)
+            .bind(&blobs.ns)
+            .bind(&blobs.channel)
+            .bind(&blobs.version)
+            .bind(&blobs.ty)
+            .bind(&b_blobs)
+            .bind(&c.cp_thread)
+            .bind(&c.cp_ns)
+            .bind(&c.cp_id)
+            .bind(&c.cp_parent)
+            .bind(&c.cp_checkpoint)
+            .bind(&c.cp_metadata)
+            .bind(&c.w_thread)
+            .bind(&c.w_ns)
+            .bind(&c.w_id)
+            .bind(&c.w_task)
+            .bind(&c.w_path)
+            .bind(&c.w_idx)
+            .bind(&c.w_channel)
+            .bind(&w_types)
+            .bind(&w_blobs)
+            .bind(&c.w_replace)
+            .bind(inner.default_ttl_ms)
+            .fetch_one(&inner.pool)
+            .await
+            .map_err(classify)?;
+        Ok((expired, ()))
+    })
+    .await
 }
 
 /// The values of an import, one per `(thread, namespace, channel, version)`: the first

@@ -192,6 +192,7 @@ async fn sql_looking_and_oversized_input_is_exact_or_rejected() {
             "checkpoint_ledger",
             "checkpoint_migrations",
             "checkpoint_rs_migrations",
+            "checkpoint_threads",
             "checkpoint_writes",
             "checkpoints"
         ]

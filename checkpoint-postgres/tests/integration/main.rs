@@ -9,3 +9,4 @@ mod hostile;
 mod interop;
 mod recovery;
 mod stack;
+mod ttl;
