@@ -46,8 +46,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use checkpoint_core::{
-    BoxError, Checkpoint, CheckpointConfig, CheckpointMetadata, ListOptions, PutOptions,
-    PutWritesOptions, Saver, SaverExt, TypedValue,
+    BoxError, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, ListOptions,
+    PutOptions, PutWritesOptions, Saver, SaverExt, TypedValue,
 };
 
 /// The threads the child writes, one task each.
@@ -80,52 +80,68 @@ async fn write_forever(saver: Arc<dyn Saver>, thread: &'static str) {
         .await
         .expect("read the head");
     loop {
-        let (parent, mut next) = match &head {
-            Some(t) => (t.config.clone(), t.checkpoint.successor()),
-            None => (CheckpointConfig::new(thread), Checkpoint::new()),
-        };
-        let step = next
-            .get::<u64>("step")
-            .expect("a step")
-            .map_or(0, |s| s + 1);
-        // Every value names the step it belongs to, so a mix of steps would show.
-        let versions = [
-            ("step".to_owned(), next.set("step", &step).expect("encode")),
-            (
-                "big".to_owned(),
-                next.set_typed("big", TypedValue::from_bytes(vec![byte_of(step); BIG])),
-            ),
-            (
-                "label".to_owned(),
-                next.set("label", &format!("{thread}-{step}"))
-                    .expect("encode"),
-            ),
-        ]
-        .into();
-        let metadata = CheckpointMetadata::new().with("step", step);
-        let config = saver
-            .put(
-                &parent,
-                next,
-                metadata,
-                versions,
-                PutOptions::compare_and_set(),
-            )
-            .await
-            .expect("put");
+        let (config, step) = put_step(&*saver, thread, head.as_ref()).await.expect("put");
         let id = config.checkpoint_id.clone().expect("an id");
         println!("put {thread} {id}");
-        let writes = (0..WRITES_PER_CALL)
-            .map(|i| (format!("w{i}"), TypedValue::msgpack(&step).expect("encode")))
-            .collect();
-        saver
-            .put_writes(&config, writes, "task", PutWritesOptions::new())
+        writes_step(&*saver, &config, step)
             .await
             .expect("put_writes");
         println!("writes {thread} {id}");
         let _ = std::io::stdout().flush();
         head = saver.get_tuple(&config).await.expect("read back");
     }
+}
+
+/// Puts the next checkpoint of `thread` after `head` (compare-and-set): three values that
+/// all name its step, one of them large. Returns its address and step.
+pub(crate) async fn put_step(
+    saver: &dyn Saver,
+    thread: &str,
+    head: Option<&CheckpointTuple>,
+) -> checkpoint_core::Result<(CheckpointConfig, u64)> {
+    let (parent, mut next) = match head {
+        Some(t) => (t.config.clone(), t.checkpoint.successor()),
+        None => (CheckpointConfig::new(thread), Checkpoint::new()),
+    };
+    let step = next.get::<u64>("step")?.map_or(0, |s| s + 1);
+    // Every value names the step it belongs to, so a mix of steps would show.
+    let versions = [
+        ("step".to_owned(), next.set("step", &step)?),
+        (
+            "big".to_owned(),
+            next.set_typed("big", TypedValue::from_bytes(vec![byte_of(step); BIG])),
+        ),
+        (
+            "label".to_owned(),
+            next.set("label", &format!("{thread}-{step}"))?,
+        ),
+    ]
+    .into();
+    let metadata = CheckpointMetadata::new().with("step", step);
+    let config = saver
+        .put(
+            &parent,
+            next,
+            metadata,
+            versions,
+            PutOptions::compare_and_set(),
+        )
+        .await?;
+    Ok((config, step))
+}
+
+/// Records [`WRITES_PER_CALL`] writes naming `step` against `config`, in one call.
+pub(crate) async fn writes_step(
+    saver: &dyn Saver,
+    config: &CheckpointConfig,
+    step: u64,
+) -> checkpoint_core::Result<()> {
+    let writes = (0..WRITES_PER_CALL)
+        .map(|i| Ok((format!("w{i}"), TypedValue::msgpack(&step)?)))
+        .collect::<checkpoint_core::Result<Vec<_>>>()?;
+    saver
+        .put_writes(config, writes, "task", PutWritesOptions::new())
+        .await
 }
 
 fn byte_of(step: u64) -> u8 {

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod chaos;
 pub mod clauses;
 pub mod crash;
 pub mod fixtures;

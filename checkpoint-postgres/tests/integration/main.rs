@@ -2,6 +2,7 @@
 //! machine is most of a test run): one module per concern, each against the server of
 //! `CHECKPOINT_TEST_POSTGRES_URL` (started by `scripts/test.sh`).
 
+mod chaos;
 mod common;
 mod conformance;
 mod crash;

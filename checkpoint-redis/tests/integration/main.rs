@@ -2,6 +2,7 @@
 //! against the server of `CHECKPOINT_TEST_REDIS_URL` (started by `scripts/test.sh`) and the
 //! servers and Cluster the tests start themselves.
 
+mod chaos;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod common;

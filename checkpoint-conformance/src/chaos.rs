@@ -1,0 +1,502 @@
+//! Network chaos beyond kill -9: a TCP proxy between a saver and its server that closes,
+//! resets, stalls and refuses connections while writers run, and the checks that follow.
+//!
+//! ```ignore
+//! use checkpoint_conformance::chaos::{self, ChaosProxy};
+//!
+//! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+//! async fn survives_network_chaos() {
+//!     let proxy = ChaosProxy::start("127.0.0.1:5432").await.unwrap();
+//!     let url = format!("postgres://postgres@127.0.0.1:{}/test", proxy.port());
+//!     let saver = Arc::new(MySaver::connect(&url).await.unwrap());
+//!     let report = chaos::run(&proxy, saver, Duration::from_secs(8), 42).await.unwrap();
+//!     eprintln!("{report}");
+//! }
+//! ```
+//!
+//! [`run`] drives the writers of the crash test ([`crash::THREADS`],
+//! compare-and-set puts of three values naming their step, then a `put_writes`), re-reading
+//! the head after every failed call, while faults are injected at random moments
+//! (reproducible from the seed). Then it checks, on the same saver, never rebuilt:
+//!
+//! * every error the writers saw was typed and transient ([`Error::is_transient`]), or a
+//!   compare-and-set [`Error::Conflict`] (a put whose answer was lost may have committed);
+//! * no call hung: each answered within [`CALL_TIMEOUT`], stalls included;
+//! * the saver recovers by itself: once the faults stop, reads succeed within
+//!   [`RECOVERY_TIMEOUT`] (its pool heals);
+//! * every acknowledged put and `put_writes` is stored, every stored checkpoint is whole
+//!   (an unacknowledged call is all there or absent), and each thread is one unbroken chain
+//!   ([`crash::verify`]).
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use checkpoint_core::{CheckpointConfig, CheckpointTuple, Error, Saver};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{broadcast, watch};
+
+use crate::crash::{self, THREADS};
+
+/// The longest a single call may take, a stall included.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the saver has to answer again once the faults stop.
+pub const RECOVERY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How open connections are ended by [`ChaosProxy::cut`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// An orderly close (FIN) in both directions.
+    Close,
+    /// A reset (RST): what a crashed peer or a firewall dropping state looks like.
+    Reset,
+}
+
+/// A TCP proxy on 127.0.0.1 in front of one server, with faults on demand.
+#[derive(Debug)]
+pub struct ChaosProxy {
+    port: u16,
+    cut: broadcast::Sender<Cut>,
+    stalled: watch::Sender<bool>,
+    refusing: Arc<AtomicBool>,
+    accepted: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ChaosProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = self.cut.send(Cut::Close);
+    }
+}
+
+impl ChaosProxy {
+    /// Listens on a free port of 127.0.0.1 and forwards every connection to `upstream`
+    /// (`host:port`).
+    pub async fn start(upstream: &str) -> io::Result<Self> {
+        let upstream: SocketAddr = tokio::net::lookup_host(upstream)
+            .await?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no upstream address"))?;
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let (cut, _) = broadcast::channel(16);
+        let (stalled, _) = watch::channel(false);
+        let refusing = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn(accept_loop(
+            listener,
+            upstream,
+            cut.clone(),
+            stalled.clone(),
+            Arc::clone(&refusing),
+            Arc::clone(&accepted),
+        ));
+        Ok(Self {
+            port,
+            cut,
+            stalled,
+            refusing,
+            accepted,
+            task,
+        })
+    }
+
+    /// The port savers connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Ends every open connection (new ones are accepted as before).
+    pub fn cut(&self, how: Cut) {
+        let _ = self.cut.send(how);
+    }
+
+    /// Stops (`true`) or resumes (`false`) the bytes of every connection, in both
+    /// directions; connections stay open.
+    pub fn stall(&self, on: bool) {
+        self.stalled.send_replace(on);
+    }
+
+    /// Resets (`true`) every new connection at once, or accepts them again (`false`).
+    pub fn refuse(&self, on: bool) {
+        self.refusing.store(on, Ordering::SeqCst);
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    cut: broadcast::Sender<Cut>,
+    stalled: watch::Sender<bool>,
+    refusing: Arc<AtomicBool>,
+    accepted: Arc<AtomicU64>,
+) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        if refusing.load(Ordering::SeqCst) {
+            let _ = client.set_zero_linger();
+            drop(client);
+            continue;
+        }
+        accepted.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(serve(
+            client,
+            upstream,
+            cut.subscribe(),
+            stalled.subscribe(),
+        ));
+    }
+}
+
+/// Forwards one connection until either side closes it or a cut ends it.
+async fn serve(
+    client: TcpStream,
+    upstream: SocketAddr,
+    mut cut: broadcast::Receiver<Cut>,
+    stalled: watch::Receiver<bool>,
+) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        let _ = client.set_zero_linger();
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let how = tokio::select! {
+        () = async {
+            tokio::join!(
+                pump(&mut client_read, &mut server_write, stalled.clone()),
+                pump(&mut server_read, &mut client_write, stalled),
+            );
+        } => None,
+        how = cut.recv() => Some(how.unwrap_or(Cut::Close)),
+    };
+    if how == Some(Cut::Reset) {
+        let _ = client_write.as_ref().set_zero_linger();
+        let _ = server_write.as_ref().set_zero_linger();
+    }
+}
+
+/// Copies bytes from `from` to `to`, holding them while the proxy is stalled.
+async fn pump(
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    mut stalled: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if stalled.wait_for(|s| !*s).await.is_err() {
+            break;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+/// What a chaos run did and saw.
+#[derive(Clone, Debug, Default)]
+pub struct ChaosReport {
+    /// Acknowledged puts.
+    pub puts: usize,
+    /// Acknowledged `put_writes` calls.
+    pub writes: usize,
+    /// Calls that failed with a transient error.
+    pub transient_errors: usize,
+    /// Those errors by message (with their sources), for diagnosis.
+    pub errors_by_message: std::collections::BTreeMap<String, usize>,
+    /// Compare-and-set conflicts (a put whose answer was lost had committed).
+    pub conflicts: usize,
+    /// Faults injected: closes, resets, stalls, refusals.
+    pub faults: [usize; 4],
+    /// Connections the proxy accepted (the pool reconnecting).
+    pub connections: u64,
+    /// From the end of the faults to the first successful read.
+    pub recovery: Duration,
+}
+
+impl fmt::Display for ChaosReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [closes, resets, stalls, refusals] = self.faults;
+        write!(
+            f,
+            "{} puts and {} put_writes acknowledged; {} transient errors, {} conflicts; \
+             faults: {closes} closes, {resets} resets, {stalls} stalls, {refusals} refusals; \
+             {} connections; recovered in {:?}",
+            self.puts,
+            self.writes,
+            self.transient_errors,
+            self.conflicts,
+            self.connections,
+            self.recovery
+        )?;
+        for (message, n) in &self.errors_by_message {
+            write!(f, "\n  {n} x {message}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the writers record.
+#[derive(Default)]
+struct Ledger {
+    puts: Vec<(String, String)>,
+    writes: Vec<(String, String)>,
+    transient: usize,
+    by_message: std::collections::BTreeMap<String, usize>,
+    conflicts: usize,
+}
+
+/// Runs [`crash::THREADS`]' writers through `saver` (connected through `proxy`) for
+/// `duration` while faults are injected, then checks what the module documentation says.
+/// `saver` must be empty for those threads.
+pub async fn run(
+    proxy: &ChaosProxy,
+    saver: Arc<dyn Saver>,
+    duration: Duration,
+    seed: u64,
+) -> Result<ChaosReport, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = THREADS
+        .into_iter()
+        .map(|thread| {
+            let saver = Arc::clone(&saver);
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move { write_until(&*saver, thread, &stop).await })
+        })
+        .collect();
+
+    let mut report = ChaosReport::default();
+    let mut state = seed;
+    let started = Instant::now();
+    while started.elapsed() < duration {
+        tokio::time::sleep(Duration::from_millis(100 + next(&mut state) % 300)).await;
+        let fault = usize::try_from(next(&mut state) % 4).unwrap_or(0);
+        report.faults[fault] += 1;
+        match fault {
+            0 => proxy.cut(Cut::Close),
+            1 => proxy.cut(Cut::Reset),
+            2 => {
+                proxy.stall(true);
+                tokio::time::sleep(Duration::from_millis(200 + next(&mut state) % 800)).await;
+                proxy.stall(false);
+            }
+            _ => {
+                proxy.refuse(true);
+                proxy.cut(Cut::Reset);
+                tokio::time::sleep(Duration::from_millis(200 + next(&mut state) % 500)).await;
+                proxy.refuse(false);
+            }
+        }
+    }
+    proxy.stall(false);
+    proxy.refuse(false);
+    let faults_ended = Instant::now();
+    stop.store(true, Ordering::SeqCst);
+
+    let mut ledger = Ledger::default();
+    for writer in writers {
+        let mine = writer
+            .await
+            .map_err(|e| format!("a writer panicked: {e}"))??;
+        ledger.puts.extend(mine.puts);
+        ledger.writes.extend(mine.writes);
+        ledger.transient += mine.transient;
+        for (message, n) in mine.by_message {
+            *ledger.by_message.entry(message).or_default() += n;
+        }
+        ledger.conflicts += mine.conflicts;
+    }
+
+    // The same saver, never rebuilt, must answer again.
+    loop {
+        match saver.get_tuple(&CheckpointConfig::new(THREADS[0])).await {
+            Ok(_) => break,
+            Err(e) if faults_ended.elapsed() < RECOVERY_TIMEOUT && e.is_transient() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the saver did not recover within {RECOVERY_TIMEOUT:?} of the last fault: {e}"
+                ));
+            }
+        }
+    }
+    report.recovery = faults_ended.elapsed();
+
+    crash::verify(&*saver, &ledger.puts, &ledger.writes, None).await?;
+    report.puts = ledger.puts.len();
+    report.writes = ledger.writes.len();
+    report.transient_errors = ledger.transient;
+    report.errors_by_message = ledger.by_message;
+    report.conflicts = ledger.conflicts;
+    report.connections = proxy.accepted();
+    if report.puts == 0 {
+        return Err(format!(
+            "no put was acknowledged during the run: nothing was tested ({report})"
+        ));
+    }
+    Ok(report)
+}
+
+/// One writer: puts and writes on `thread` until `stop`, from the head as stored.
+async fn write_until(saver: &dyn Saver, thread: &str, stop: &AtomicBool) -> Result<Ledger, String> {
+    let mut ledger = Ledger::default();
+    while !stop.load(Ordering::SeqCst) {
+        // The head as stored: after a failure, a put whose answer was lost may be it.
+        let head: Option<CheckpointTuple> =
+            match call(saver.get_tuple(&CheckpointConfig::new(thread))).await {
+                Ok(h) => h,
+                Err(e) => {
+                    record(&mut ledger, &e)?;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            };
+        let (config, step) = match call(crash::put_step(saver, thread, head.as_ref())).await {
+            Ok(put) => put,
+            Err(e) => {
+                record(&mut ledger, &e)?;
+                continue;
+            }
+        };
+        let id = config.checkpoint_id.clone().unwrap_or_default();
+        ledger.puts.push((thread.to_owned(), id.clone()));
+        match call(crash::writes_step(saver, &config, step)).await {
+            Ok(()) => ledger.writes.push((thread.to_owned(), id)),
+            Err(e) => record(&mut ledger, &e)?,
+        }
+    }
+    Ok(ledger)
+}
+
+/// `fut`, or an error when it takes longer than [`CALL_TIMEOUT`].
+async fn call<T>(
+    fut: impl std::future::Future<Output = checkpoint_core::Result<T>>,
+) -> Result<T, CallError> {
+    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(CallError::Failed(e)),
+        Err(_) => Err(CallError::Hung),
+    }
+}
+
+enum CallError {
+    Failed(Error),
+    Hung,
+}
+
+/// Counts an error the contract allows under network faults, or fails the run.
+fn record(ledger: &mut Ledger, e: &CallError) -> Result<(), String> {
+    match e {
+        CallError::Hung => Err(format!("a call did not answer within {CALL_TIMEOUT:?}")),
+        CallError::Failed(Error::Conflict { .. }) => {
+            ledger.conflicts += 1;
+            Ok(())
+        }
+        CallError::Failed(e) if e.is_transient() => {
+            ledger.transient += 1;
+            *ledger.by_message.entry(chain(e)).or_default() += 1;
+            Ok(())
+        }
+        CallError::Failed(e) => Err(format!(
+            "a network fault surfaced as a non-transient error: {e} ({e:?})"
+        )),
+    }
+}
+
+/// An error's message followed by its sources'.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// SplitMix64: the fault schedule, reproducible from the seed.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny echo server behind the proxy: bytes flow, a stall holds them, a reset ends
+    /// the connection, a refusal resets new connections.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_proxy_forwards_stalls_cuts_and_refuses() {
+        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let echo_addr = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        let proxy = ChaosProxy::start(&echo_addr.to_string()).await.unwrap();
+        let mut c = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .unwrap();
+        let mut buf = [0u8; 5];
+        c.write_all(b"hello").await.unwrap();
+        c.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"hello");
+
+        proxy.stall(true);
+        c.write_all(b"again").await.unwrap();
+        let held = tokio::time::timeout(Duration::from_millis(300), c.read_exact(&mut buf)).await;
+        assert!(held.is_err(), "a stall holds the bytes");
+        proxy.stall(false);
+        c.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"again");
+
+        proxy.cut(Cut::Reset);
+        let mut rest = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
+            .await
+            .expect("a cut ends the connection");
+        assert!(ended.is_err() || rest.is_empty(), "{ended:?}");
+
+        proxy.refuse(true);
+        // The reset may already end the connect, or the first read.
+        if let Ok(mut refused) = TcpStream::connect(("127.0.0.1", proxy.port())).await {
+            let mut one = [0u8; 1];
+            let r = tokio::time::timeout(Duration::from_secs(5), refused.read(&mut one))
+                .await
+                .expect("a refused connection ends at once");
+            assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+        }
+        proxy.refuse(false);
+        assert_eq!(proxy.accepted(), 1);
+    }
+}
