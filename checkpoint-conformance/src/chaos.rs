@@ -228,6 +228,8 @@ pub struct ChaosReport {
     pub conflicts: usize,
     /// Faults injected: closes, resets, stalls, refusals.
     pub faults: [usize; 4],
+    /// Server restarts ([`run_with_restarts`]).
+    pub restarts: usize,
     /// Connections the proxy accepted (the pool reconnecting).
     pub connections: u64,
     /// From the end of the faults to the first successful read.
@@ -240,12 +242,13 @@ impl fmt::Display for ChaosReport {
         write!(
             f,
             "{} puts and {} put_writes acknowledged; {} transient errors, {} conflicts; \
-             faults: {closes} closes, {resets} resets, {stalls} stalls, {refusals} refusals; \
-             {} connections; recovered in {:?}",
+             faults: {closes} closes, {resets} resets, {stalls} stalls, {refusals} refusals, \
+             {} restarts; {} connections; recovered in {:?}",
             self.puts,
             self.writes,
             self.transient_errors,
             self.conflicts,
+            self.restarts,
             self.connections,
             self.recovery
         )?;
@@ -275,6 +278,72 @@ pub async fn run(
     duration: Duration,
     seed: u64,
 ) -> Result<ChaosReport, String> {
+    let mut faults = [0usize; 4];
+    let report = drive(saver, duration, seed, async |state: &mut u64| {
+        tokio::time::sleep(Duration::from_millis(100 + next(state) % 300)).await;
+        let fault = usize::try_from(next(state) % 4).unwrap_or(0);
+        faults[fault] += 1;
+        match fault {
+            0 => proxy.cut(Cut::Close),
+            1 => proxy.cut(Cut::Reset),
+            2 => {
+                proxy.stall(true);
+                tokio::time::sleep(Duration::from_millis(200 + next(state) % 800)).await;
+                proxy.stall(false);
+            }
+            _ => {
+                proxy.refuse(true);
+                proxy.cut(Cut::Reset);
+                tokio::time::sleep(Duration::from_millis(200 + next(state) % 500)).await;
+                proxy.refuse(false);
+            }
+        }
+        Ok(())
+    })
+    .await;
+    proxy.stall(false);
+    proxy.refuse(false);
+    let mut report = report?;
+    report.faults = faults;
+    report.connections = proxy.accepted();
+    Ok(report)
+}
+
+/// Like [`run`], with server restarts for faults: `restarts` times, evenly spread over the
+/// run, `restart` stops the server the saver talks to and starts it again (on the same
+/// data, at the same address), returning once it is started.
+pub async fn run_with_restarts<F, Fut>(
+    saver: Arc<dyn Saver>,
+    restarts: usize,
+    seed: u64,
+    mut restart: F,
+) -> Result<ChaosReport, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut done = 0;
+    let gap = Duration::from_millis(1_500);
+    let duration = gap * u32::try_from(restarts).unwrap_or(u32::MAX);
+    let mut report = drive(saver, duration, seed, async |state: &mut u64| {
+        tokio::time::sleep(gap - Duration::from_millis(next(state) % 500)).await;
+        restart().await?;
+        done += 1;
+        Ok(())
+    })
+    .await?;
+    report.restarts = done;
+    Ok(report)
+}
+
+/// Runs the writers while `inject` injects one fault per call, until `duration`; then stops
+/// them and checks recovery and the store.
+async fn drive(
+    saver: Arc<dyn Saver>,
+    duration: Duration,
+    seed: u64,
+    mut inject: impl AsyncFnMut(&mut u64) -> Result<(), String>,
+) -> Result<ChaosReport, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = THREADS
         .into_iter()
@@ -285,31 +354,12 @@ pub async fn run(
         })
         .collect();
 
-    let mut report = ChaosReport::default();
     let mut state = seed;
     let started = Instant::now();
-    while started.elapsed() < duration {
-        tokio::time::sleep(Duration::from_millis(100 + next(&mut state) % 300)).await;
-        let fault = usize::try_from(next(&mut state) % 4).unwrap_or(0);
-        report.faults[fault] += 1;
-        match fault {
-            0 => proxy.cut(Cut::Close),
-            1 => proxy.cut(Cut::Reset),
-            2 => {
-                proxy.stall(true);
-                tokio::time::sleep(Duration::from_millis(200 + next(&mut state) % 800)).await;
-                proxy.stall(false);
-            }
-            _ => {
-                proxy.refuse(true);
-                proxy.cut(Cut::Reset);
-                tokio::time::sleep(Duration::from_millis(200 + next(&mut state) % 500)).await;
-                proxy.refuse(false);
-            }
-        }
+    let mut injected = Ok(());
+    while started.elapsed() < duration && injected.is_ok() {
+        injected = inject(&mut state).await;
     }
-    proxy.stall(false);
-    proxy.refuse(false);
     let faults_ended = Instant::now();
     stop.store(true, Ordering::SeqCst);
 
@@ -326,6 +376,7 @@ pub async fn run(
         }
         ledger.conflicts += mine.conflicts;
     }
+    injected?;
 
     // The same saver, never rebuilt, must answer again.
     loop {
@@ -341,15 +392,16 @@ pub async fn run(
             }
         }
     }
-    report.recovery = faults_ended.elapsed();
-
+    let report = ChaosReport {
+        puts: ledger.puts.len(),
+        writes: ledger.writes.len(),
+        transient_errors: ledger.transient,
+        errors_by_message: std::mem::take(&mut ledger.by_message),
+        conflicts: ledger.conflicts,
+        recovery: faults_ended.elapsed(),
+        ..ChaosReport::default()
+    };
     crash::verify(&*saver, &ledger.puts, &ledger.writes, None).await?;
-    report.puts = ledger.puts.len();
-    report.writes = ledger.writes.len();
-    report.transient_errors = ledger.transient;
-    report.errors_by_message = ledger.by_message;
-    report.conflicts = ledger.conflicts;
-    report.connections = proxy.accepted();
     if report.puts == 0 {
         return Err(format!(
             "no put was acknowledged during the run: nothing was tested ({report})"

@@ -12,7 +12,8 @@
 # * Exports CHECKPOINT_TEST_MONGO_URL=mongodb://127.0.0.1:27017 once `ping` answers.
 #
 # Environment: CHECKPOINT_MONGO_VENV (default: .venv-secantus in the repository root),
-# CHECKPOINT_MONGO_START_TIMEOUT (seconds to wait for `ping`, default 90).
+# CHECKPOINT_MONGO_START_TIMEOUT (seconds to wait for `ping`, default 90). Exports
+# CHECKPOINT_TEST_MONGO_URL and CHECKPOINT_TEST_SECANTUSD (the server's executable).
 
 _checkpoint_mongo_service() {
   local host=127.0.0.1 port=27017
@@ -34,6 +35,8 @@ client = pymongo.MongoClient(sys.argv[1], int(sys.argv[2]), directConnection=Tru
 sys.exit(0 if client.admin.command("ping").get("ok") == 1 else 1)
 PY
   }
+  # The server itself, for the tests that start private instances (restarts under load).
+  export CHECKPOINT_TEST_SECANTUSD="$venv/bin/secantusd-py"
   if _checkpoint_mongo_ping; then
     echo "mongo: a server already answers ping on $host:$port; using it"
     export CHECKPOINT_TEST_MONGO_URL="mongodb://$host:$port"

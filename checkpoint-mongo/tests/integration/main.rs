@@ -9,5 +9,6 @@ mod hostile;
 mod langgraph;
 mod layout;
 mod ordered_writes;
+mod restart;
 mod round_trips;
 mod stack;

@@ -9,5 +9,6 @@ mod crash;
 mod hostile;
 mod interop;
 mod recovery;
+mod restart;
 mod stack;
 mod ttl;

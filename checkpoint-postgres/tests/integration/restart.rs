@@ -1,0 +1,165 @@
+//! Server restarts under load: a private PostgreSQL (initdb in a scratch directory, on a
+//! free port) is stopped with `pg_ctl stop -m immediate` (no checkpoint, no clean
+//! shutdown: what a crash or an OOM kill of the postmaster looks like) and started again,
+//! repeatedly, while the crash test's writers run; acknowledged writes must survive WAL
+//! recovery and the same saver must carry on (see `checkpoint_conformance::chaos`).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use checkpoint_conformance::chaos;
+use checkpoint_postgres::PostgresSaver;
+
+/// A PostgreSQL instance of this test alone, stopped and removed on drop.
+struct PrivatePg {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl PrivatePg {
+    /// `initdb` and start, or why not.
+    fn start() -> Result<Self, String> {
+        let bindir = Command::new("pg_config")
+            .arg("--bindir")
+            .output()
+            .map_err(|e| format!("pg_config: {e}"))?;
+        let bin = PathBuf::from(String::from_utf8_lossy(&bindir.stdout).trim());
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let dir = std::env::temp_dir().join(format!("cp-pg-restart-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let pg = Self { bin, dir, port };
+        if as_root() {
+            // initdb and the server refuse to run as root: the directory goes to `postgres`.
+            run(Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&pg.dir))?;
+        }
+        run(pg
+            .tool("initdb")
+            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-D"])
+            .arg(pg.dir.join("data")))?;
+        pg.pg_ctl_start()?;
+        Ok(pg)
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A command running one of the server's tools, as `postgres` when we are root.
+    fn tool(&self, name: &str) -> Command {
+        let path = self.bin.join(name);
+        if as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        }
+    }
+
+    fn pg_ctl_start(&self) -> Result<(), String> {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=on",
+            self.port,
+            self.dir.display()
+        );
+        run(self
+            .tool("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-o", &options, "-l"])
+            .arg(self.dir.join("log"))
+            .args(["-w", "-t", "60", "start"]))
+    }
+
+    /// Stops the server without a checkpoint (`-m immediate`), then starts it again: WAL
+    /// recovery runs at startup.
+    fn crash_restart(&self) -> Result<(), String> {
+        run(self
+            .tool("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"]))?;
+        self.pg_ctl_start()
+    }
+}
+
+impl Drop for PrivatePg {
+    fn drop(&mut self) {
+        let _ = self
+            .tool("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command.output().map_err(|e| format!("{command:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{command:?}: {status}\n{}{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        ))
+    }
+}
+
+fn log_tail(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("log"))
+        .map(|l| l.lines().rev().take(20).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_immediate_shutdowns() {
+    let pg = match PrivatePg::start() {
+        Ok(pg) => pg,
+        Err(reason) => {
+            assert!(
+                !checkpoint_conformance::servers_required(),
+                "a private PostgreSQL could not start: {reason}"
+            );
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+    };
+    let saver = PostgresSaver::builder(&pg.url())
+        .unwrap()
+        .max_connections(4)
+        .connect()
+        .await
+        .unwrap();
+    saver.setup().await.unwrap();
+    let report = chaos::run_with_restarts(Arc::new(saver), 3, 7, || async {
+        let restarted = tokio::task::block_in_place(|| pg.crash_restart());
+        restarted.map_err(|e| format!("{e}\n{}", log_tail(&pg.dir)))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", log_tail(&pg.dir)));
+    eprintln!("postgres restarts: {report}");
+    assert_eq!(report.restarts, 3);
+}
