@@ -22,7 +22,7 @@
 //! * every error the writers saw was typed and transient ([`Error::is_transient`]), or a
 //!   compare-and-set [`Error::Conflict`] (a put whose answer was lost may have committed);
 //! * no call hung: each answered within [`CALL_TIMEOUT`], stalls included;
-//! * the saver recovers by itself: once the faults stop, reads succeed within
+//! * the saver recovers by itself: once the faults stop, reads succeed (16 in a row) within
 //!   [`RECOVERY_TIMEOUT`] (its pool heals);
 //! * every acknowledged put and `put_writes` is stored, every stored checkpoint is whole
 //!   (an unacknowledged call is all there or absent), and each thread is one unbroken chain
@@ -47,6 +47,10 @@ use crate::crash::{self, THREADS};
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the saver has to answer again once the faults stop.
 pub const RECOVERY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Successful reads in a row that count as recovered (more than any test pool's size).
+const RECOVERY_READS: usize = 16;
+/// The longest the final check of the store may take.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How open connections are ended by [`ChaosProxy::cut`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,6 +148,8 @@ async fn accept_loop(
 ) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
+            // Out of descriptors, say: do not spin.
+            tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
         if refusing.load(Ordering::SeqCst) {
@@ -186,8 +192,14 @@ async fn serve(
         how = cut.recv() => Some(how.unwrap_or(Cut::Close)),
     };
     if how == Some(Cut::Reset) {
-        let _ = client_write.as_ref().set_zero_linger();
-        let _ = server_write.as_ref().set_zero_linger();
+        // Dropping a write half would send a FIN first (a reader would see an orderly end):
+        // reunite the halves so the streams are dropped whole, with zero linger: an RST.
+        for (read, write) in [(client_read, client_write), (server_read, server_write)] {
+            if let Ok(stream) = read.reunite(write) {
+                let _ = stream.set_zero_linger();
+                drop(stream);
+            }
+        }
     }
 }
 
@@ -279,7 +291,11 @@ pub async fn run(
     seed: u64,
 ) -> Result<ChaosReport, String> {
     let mut faults = [0usize; 4];
-    let report = drive(saver, duration, seed, async |state: &mut u64| {
+    let started = Instant::now();
+    let report = drive(saver, seed, async |state: &mut u64| {
+        if started.elapsed() >= duration {
+            return Ok(false);
+        }
         tokio::time::sleep(Duration::from_millis(100 + next(state) % 300)).await;
         let fault = usize::try_from(next(state) % 4).unwrap_or(0);
         faults[fault] += 1;
@@ -298,7 +314,7 @@ pub async fn run(
                 proxy.refuse(false);
             }
         }
-        Ok(())
+        Ok(true)
     })
     .await;
     proxy.stall(false);
@@ -309,9 +325,9 @@ pub async fn run(
     Ok(report)
 }
 
-/// Like [`run`], with server restarts for faults: `restarts` times, evenly spread over the
-/// run, `restart` stops the server the saver talks to and starts it again (on the same
-/// data, at the same address), returning once it is started.
+/// Like [`run`], with server restarts for faults: `restarts` times, about 1.5 s apart,
+/// `restart` stops the server the saver talks to and starts it again (on the same data, at
+/// the same address), returning once it is started; the writers then run 1.5 s more.
 pub async fn run_with_restarts<F, Fut>(
     saver: Arc<dyn Saver>,
     restarts: usize,
@@ -323,26 +339,26 @@ where
     Fut: std::future::Future<Output = Result<(), String>>,
 {
     let mut done = 0;
-    let gap = Duration::from_millis(1_500);
-    let duration = gap * u32::try_from(restarts).unwrap_or(u32::MAX);
-    let mut report = drive(saver, duration, seed, async |state: &mut u64| {
-        tokio::time::sleep(gap - Duration::from_millis(next(state) % 500)).await;
+    let mut report = drive(saver, seed, async |state: &mut u64| {
+        tokio::time::sleep(Duration::from_millis(1_000 + next(state) % 500)).await;
+        if done == restarts {
+            return Ok(false);
+        }
         restart().await?;
         done += 1;
-        Ok(())
+        Ok(true)
     })
     .await?;
     report.restarts = done;
     Ok(report)
 }
 
-/// Runs the writers while `inject` injects one fault per call, until `duration`; then stops
-/// them and checks recovery and the store.
+/// Runs the writers while `inject` injects one fault per call, until it answers `false`;
+/// then stops them and checks recovery and the store.
 async fn drive(
     saver: Arc<dyn Saver>,
-    duration: Duration,
     seed: u64,
-    mut inject: impl AsyncFnMut(&mut u64) -> Result<(), String>,
+    mut inject: impl AsyncFnMut(&mut u64) -> Result<bool, String>,
 ) -> Result<ChaosReport, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = THREADS
@@ -355,11 +371,13 @@ async fn drive(
         .collect();
 
     let mut state = seed;
-    let started = Instant::now();
-    let mut injected = Ok(());
-    while started.elapsed() < duration && injected.is_ok() {
-        injected = inject(&mut state).await;
-    }
+    let injected = loop {
+        match inject(&mut state).await {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
     let faults_ended = Instant::now();
     stop.store(true, Ordering::SeqCst);
 
@@ -378,17 +396,25 @@ async fn drive(
     }
     injected?;
 
-    // The same saver, never rebuilt, must answer again.
-    loop {
-        match saver.get_tuple(&CheckpointConfig::new(THREADS[0])).await {
-            Ok(_) => break,
-            Err(e) if faults_ended.elapsed() < RECOVERY_TIMEOUT && e.is_transient() => {
+    // The same saver, never rebuilt, must answer again: RECOVERY_READS reads in a row, so
+    // every pooled connection a fault killed has failed once and been replaced.
+    let mut in_a_row = 0;
+    while in_a_row < RECOVERY_READS {
+        match call(saver.get_tuple(&CheckpointConfig::new(THREADS[0]))).await {
+            Ok(_) => in_a_row += 1,
+            Err(CallError::Failed(e))
+                if faults_ended.elapsed() < RECOVERY_TIMEOUT && e.is_transient() =>
+            {
+                in_a_row = 0;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(e) => {
+            Err(CallError::Failed(e)) => {
                 return Err(format!(
                     "the saver did not recover within {RECOVERY_TIMEOUT:?} of the last fault: {e}"
                 ));
+            }
+            Err(CallError::Hung) => {
+                return Err(format!("a read after the faults hung for {CALL_TIMEOUT:?}"));
             }
         }
     }
@@ -401,7 +427,12 @@ async fn drive(
         recovery: faults_ended.elapsed(),
         ..ChaosReport::default()
     };
-    crash::verify(&*saver, &ledger.puts, &ledger.writes, None).await?;
+    tokio::time::timeout(
+        VERIFY_TIMEOUT,
+        crash::verify(&*saver, &ledger.puts, &ledger.writes, None),
+    )
+    .await
+    .map_err(|_| format!("verifying the store took more than {VERIFY_TIMEOUT:?}"))??;
     if report.puts == 0 {
         return Err(format!(
             "no put was acknowledged during the run: nothing was tested ({report})"
@@ -419,15 +450,16 @@ async fn write_until(saver: &dyn Saver, thread: &str, stop: &AtomicBool) -> Resu
             match call(saver.get_tuple(&CheckpointConfig::new(thread))).await {
                 Ok(h) => h,
                 Err(e) => {
-                    record(&mut ledger, &e)?;
+                    record(&mut ledger, &e, false)?;
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }
             };
         let (config, step) = match call(crash::put_step(saver, thread, head.as_ref())).await {
             Ok(put) => put,
+            // A conflict: a put whose answer was lost committed; the next round reads it.
             Err(e) => {
-                record(&mut ledger, &e)?;
+                record(&mut ledger, &e, true)?;
                 continue;
             }
         };
@@ -435,7 +467,7 @@ async fn write_until(saver: &dyn Saver, thread: &str, stop: &AtomicBool) -> Resu
         ledger.puts.push((thread.to_owned(), id.clone()));
         match call(crash::writes_step(saver, &config, step)).await {
             Ok(()) => ledger.writes.push((thread.to_owned(), id)),
-            Err(e) => record(&mut ledger, &e)?,
+            Err(e) => record(&mut ledger, &e, false)?,
         }
     }
     Ok(ledger)
@@ -457,11 +489,12 @@ enum CallError {
     Hung,
 }
 
-/// Counts an error the contract allows under network faults, or fails the run.
-fn record(ledger: &mut Ledger, e: &CallError) -> Result<(), String> {
+/// Counts an error the contract allows under network faults (a compare-and-set conflict
+/// only from a put), or fails the run.
+fn record(ledger: &mut Ledger, e: &CallError, put: bool) -> Result<(), String> {
     match e {
         CallError::Hung => Err(format!("a call did not answer within {CALL_TIMEOUT:?}")),
-        CallError::Failed(Error::Conflict { .. }) => {
+        CallError::Failed(Error::Conflict { .. }) if put => {
             ledger.conflicts += 1;
             Ok(())
         }
@@ -537,7 +570,22 @@ mod tests {
         let ended = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
             .await
             .expect("a cut ends the connection");
-        assert!(ended.is_err() || rest.is_empty(), "{ended:?}");
+        assert_eq!(
+            ended.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionReset),
+            "a reset cut resets, it does not close"
+        );
+
+        let mut closed = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .unwrap();
+        closed.write_all(b"x").await.unwrap();
+        closed.read_exact(&mut buf[..1]).await.unwrap();
+        proxy.cut(Cut::Close);
+        let ended = tokio::time::timeout(Duration::from_secs(5), closed.read_to_end(&mut rest))
+            .await
+            .expect("a cut ends the connection");
+        assert_eq!(ended.unwrap(), 0, "a close cut is an orderly end");
 
         proxy.refuse(true);
         // The reset may already end the connect, or the first read.
@@ -549,6 +597,6 @@ mod tests {
             assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
         }
         proxy.refuse(false);
-        assert_eq!(proxy.accepted(), 1);
+        assert_eq!(proxy.accepted(), 2);
     }
 }

@@ -41,6 +41,10 @@ async fn writes_survive_a_flaky_network_and_connections_heal() {
         .await
         .unwrap();
     eprintln!("mongo chaos: {report}");
+    assert!(
+        report.connections > 1,
+        "the saver must reach its server through the proxy, and reconnect: {report}"
+    );
     drop(proxy);
     let direct = Client::with_options(parsed).unwrap();
     direct.database(&db).drop().await.unwrap();

@@ -42,5 +42,9 @@ async fn writes_survive_a_flaky_network_and_the_pool_heals() {
         .await
         .unwrap();
     eprintln!("postgres chaos: {report}");
+    assert!(
+        report.connections > 1,
+        "the saver must reach its server through the proxy, and reconnect: {report}"
+    );
     drop_schemas(&url, &[schema]).await;
 }

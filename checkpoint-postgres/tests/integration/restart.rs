@@ -22,11 +22,7 @@ struct PrivatePg {
 impl PrivatePg {
     /// `initdb` and start, or why not.
     fn start() -> Result<Self, String> {
-        let bindir = Command::new("pg_config")
-            .arg("--bindir")
-            .output()
-            .map_err(|e| format!("pg_config: {e}"))?;
-        let bin = PathBuf::from(String::from_utf8_lossy(&bindir.stdout).trim());
+        let bin = server_bindir()?;
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
@@ -101,6 +97,46 @@ impl Drop for PrivatePg {
             .args(["-m", "immediate", "-w", "stop"])
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Where the server's tools are: `CHECKPOINT_TEST_PG_BINDIR`, else the newest
+/// `/usr/lib/postgresql/*/bin` holding `initdb` (Debian), else `pg_config --bindir`.
+fn server_bindir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("CHECKPOINT_TEST_PG_BINDIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut debian: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path().join("bin"))
+                .filter(|bin| bin.join("initdb").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    debian.sort_by_key(|bin| {
+        bin.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    if let Some(newest) = debian.pop() {
+        return Ok(newest);
+    }
+    let out = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .map_err(|e| format!("no PostgreSQL server tools found (pg_config: {e})"))?;
+    let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if out.status.success() && bin.join("initdb").exists() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "no initdb next to pg_config --bindir ({})",
+            bin.display()
+        ))
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use checkpoint_conformance::chaos::{self, ChaosProxy};
 use checkpoint_redis::RedisSaver;
+use checkpoint_redis::redis::{ConnectionAddr, IntoConnectionInfo};
 
 use crate::common::unique_prefix;
 
@@ -19,14 +20,16 @@ async fn writes_survive_a_flaky_network_and_connections_heal() {
         );
         return;
     };
-    let upstream = url
-        .trim_start_matches("redis://")
-        .split(['/', '?'])
-        .next()
-        .unwrap_or("127.0.0.1:6379")
-        .to_owned();
+    // The server's address, and the same URL (credentials, database) through the proxy.
+    let info = url.as_str().into_connection_info().unwrap();
+    let ConnectionAddr::Tcp(host, port) = info.addr() else {
+        panic!("the chaos test needs a plain TCP Redis URL, got {url}");
+    };
+    let upstream = format!("{host}:{port}");
     let proxy = ChaosProxy::start(&upstream).await.unwrap();
-    let saver = RedisSaver::builder(format!("redis://127.0.0.1:{}", proxy.port()))
+    let through = url.replacen(&upstream, &format!("127.0.0.1:{}", proxy.port()), 1);
+    assert_ne!(through, url, "the URL names {upstream}");
+    let saver = RedisSaver::builder(through)
         .key_prefix(unique_prefix("chaos"))
         .build()
         .await
@@ -35,5 +38,9 @@ async fn writes_survive_a_flaky_network_and_connections_heal() {
         .await
         .unwrap();
     eprintln!("redis chaos: {report}");
+    assert!(
+        report.connections > 1,
+        "the saver must reach its server through the proxy, and reconnect: {report}"
+    );
     saver.purge().await.unwrap();
 }
