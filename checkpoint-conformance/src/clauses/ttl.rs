@@ -275,21 +275,28 @@ pub async fn ttl_pinned_and_default(f: &dyn SaverFactory) {
     put_chain(&*s, "t1", "", 2, "r").await.unwrap();
     let before = list(&*s, ListOptions::thread("t1")).await;
 
-    s.set_thread_ttl("t1", ThreadTtl::Expire(SHORT))
-        .await
-        .unwrap();
-    s.set_thread_ttl("t1", ThreadTtl::Pinned).await.unwrap();
-    assert_eq!(
-        s.thread_ttl("t1").await.unwrap(),
-        None,
-        "a pinned thread has no TTL"
-    );
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert_eq!(
-        list(&*s, ListOptions::thread("t1")).await,
-        before,
-        "Pinned replaces an earlier Expire: the thread must not expire"
-    );
+    // From a short expiry, Pinned and Default (none here) both leave the thread without a
+    // TTL: it must not expire.
+    for (ttl, name) in [
+        (ThreadTtl::Pinned, "Pinned"),
+        (ThreadTtl::Default, "Default"),
+    ] {
+        s.set_thread_ttl("t1", ThreadTtl::Expire(SHORT))
+            .await
+            .unwrap();
+        s.set_thread_ttl("t1", ttl).await.unwrap();
+        assert_eq!(
+            s.thread_ttl("t1").await.unwrap(),
+            None,
+            "{name} (without a default TTL) leaves no TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert_eq!(
+            list(&*s, ListOptions::thread("t1")).await,
+            before,
+            "{name} replaces an earlier Expire: the thread must not expire"
+        );
+    }
 
     s.set_thread_ttl("t1", ThreadTtl::Expire(LONG))
         .await
@@ -298,22 +305,6 @@ pub async fn ttl_pinned_and_default(f: &dyn SaverFactory) {
     assert!(
         matches!(left, Some(d) if d > Duration::from_secs(50) && d <= LONG),
         "right after Expire(60 s) the time left must be in (50 s, 60 s], got {left:?}"
-    );
-    // Back to the default (none here) from a short expiry: the thread must not expire.
-    s.set_thread_ttl("t1", ThreadTtl::Expire(SHORT))
-        .await
-        .unwrap();
-    s.set_thread_ttl("t1", ThreadTtl::Default).await.unwrap();
-    assert_eq!(
-        s.thread_ttl("t1").await.unwrap(),
-        None,
-        "Default without a default TTL leaves no TTL"
-    );
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    assert_eq!(
-        list(&*s, ListOptions::thread("t1")).await,
-        before,
-        "Default replaces an earlier Expire: the thread must not expire"
     );
 
     assert_eq!(s.thread_ttl("unknown").await.unwrap(), None);
