@@ -775,9 +775,9 @@ ORDER BY c.thread_id
 LIMIT $2";
 
 /// Deletes every row of the threads `$1` whose TTL ran out (not their leases) and forgets
-/// their TTL settings; returns how many threads it deleted. A thread written again after
-/// it expired goes through this first, so its old data never reappears. The TTL row is
-/// deleted first and decides: of racing calls, one deletes the thread's rows.
+/// their TTL settings. A thread written again after it expired goes through this first, so
+/// its old data never reappears. The TTL row is deleted first and decides: of racing calls,
+/// one deletes the thread's rows.
 pub(crate) const FORGET_EXPIRED: &str = "
 WITH gone AS (
     DELETE FROM checkpoint_threads WHERE thread_id = ANY($1::text[]) AND expires_at <= now()
@@ -786,7 +786,7 @@ WITH gone AS (
 c AS (DELETE FROM checkpoints WHERE thread_id IN (SELECT thread_id FROM gone)),
 b AS (DELETE FROM checkpoint_blobs WHERE thread_id IN (SELECT thread_id FROM gone)),
 w AS (DELETE FROM checkpoint_writes WHERE thread_id IN (SELECT thread_id FROM gone))
-SELECT count(*) FROM gone
+SELECT 1
 ";
 
 /// `sweep_expired`: deletes every row of at most `$1` expired threads, oldest expiry first,

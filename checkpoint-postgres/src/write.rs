@@ -67,16 +67,16 @@ fn expired_retries(thread_id: &str) -> Error {
 }
 
 /// Deletes the rows of those of `threads` whose TTL ran out (see `sql::FORGET_EXPIRED`).
-pub(crate) async fn forget_expired(inner: &Inner, threads: &[&str]) -> Result<u64> {
+async fn forget_expired(inner: &Inner, threads: &[&str]) -> Result<()> {
     if threads.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
-    let n: i64 = sqlx::query_scalar(sql::FORGET_EXPIRED)
+    sqlx::query(sql::FORGET_EXPIRED)
         .bind(threads)
-        .fetch_one(&inner.pool)
+        .execute(&inner.pool)
         .await
         .map_err(classify)?;
-    Ok(u64::try_from(n).unwrap_or(0))
+    Ok(())
 }
 
 pub(crate) async fn put(
