@@ -89,6 +89,10 @@ fn get<'r, T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>>(
 /// An entry of a writes index: task id, index, task path, channel, type, length.
 type WriteEntry = (String, i64, String, String, String, usize);
 
+/// A write in the packed row of a delta history: depth, channel, task path, task id, index,
+/// type, length.
+type HistoryEntry = (i64, String, String, String, i64, String, usize);
+
 /// Cuts `bytes` into the pieces an index lists, in order, by their lengths.
 fn split<'b, E>(
     what: &str,
@@ -292,29 +296,33 @@ pub(crate) fn decode_delta(
     let mut writes: Vec<(i64, PendingWrite)> = Vec::new();
     for row in rows {
         let kind: String = get(row, 0)?;
-        let depth: i64 = get(row, 1)?;
+        if kind == "w" {
+            let entries: Vec<HistoryEntry> = index("delta writes", get(row, 3)?)?;
+            let bytes = Bytes::from(get::<Option<Vec<u8>>>(row, 7)?.unwrap_or_default());
+            let pieces = split("delta writes", &entries, |e| e.6, &bytes)?;
+            for (e, piece) in entries.into_iter().zip(pieces) {
+                let value = TypedValue::new(ValueType::from(e.5.as_str()), bytes.slice_ref(piece));
+                writes.push((
+                    e.0,
+                    PendingWrite {
+                        channel: e.1,
+                        task_path: e.2,
+                        task_id: e.3,
+                        idx: e.4,
+                        value,
+                    },
+                ));
+            }
+            continue;
+        }
         let channel: String = get(row, 2)?;
         let ty: String = get(row, 6)?;
         let value = TypedValue::new(
             ValueType::from(ty.as_str()),
             Bytes::from(get::<Option<Vec<u8>>>(row, 7)?.unwrap_or_default()),
         );
-        match kind.as_str() {
-            "s" => {
-                if let Some(h) = out.get_mut(&channel) {
-                    h.seed = Some(value);
-                }
-            }
-            _ => writes.push((
-                depth,
-                PendingWrite {
-                    task_path: get(row, 3)?,
-                    task_id: get(row, 4)?,
-                    idx: get(row, 5)?,
-                    channel,
-                    value,
-                },
-            )),
+        if let Some(h) = out.get_mut(&channel) {
+            h.seed = Some(value);
         }
     }
     checkpoint_core::delta::push_writes(out, writes);

@@ -125,11 +125,16 @@ pub(crate) const TOUCH: &str = "INSERT INTO checkpoint_touch VALUES (?1, ?2)";
 
 statement! {
     /// The delta history (see `read::delta_channel_history`) of the channels `?4` (a JSON
-    /// array) for checkpoint `?3` (NULL: the latest) of `(?1 thread, ?2 namespace)`, in one
-    /// statement: a recursive walk up the parent links, carrying the channels whose walk is
-    /// still open, that stops where none is. Rows: `kind` (`w` a write, `s` a seed),
-    /// `depth` (0: the target's parent), channel, then the write's task path, task id and
-    /// index, then type and bytes.
+    /// array of distinct names) for checkpoint `?3` (NULL: the latest) of `(?1 thread, ?2
+    /// namespace)`, in one statement: per channel, a recursive walk up the parent links that
+    /// stops at the first checkpoint storing the channel. A walk per channel, rather than one
+    /// walk carrying the set of channels still open, keeps a step of the recursion to one
+    /// primary-key lookup and one probe, with no JSON array rebuilt per step (for the
+    /// standard workload's history, 0.114 ms of SQL instead of 0.133 ms). Rows: one `w` row
+    /// packing every write (its fourth column a JSON index of `[depth, channel, task_path,
+    /// task_id, idx, type, length]`, depth 0 being the target's parent, its last the bytes
+    /// concatenated in the index's order, as a checkpoint's writes travel in a tuple query),
+    /// then an `s` row per seed: kind, depth, channel, three NULLs, type and bytes.
     DELTA_HISTORY = &format!("
 WITH RECURSIVE
 target AS (
@@ -138,39 +143,51 @@ target AS (
       AND c.checkpoint_id = coalesce(?3, (
           SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2))
 ),
-chain(id, parent, cp, open, depth) AS (
-    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, json(?4), 0
-    FROM target CROSS JOIN checkpoints c
+chain(channel, id, parent, cp, depth, stored) AS (
+    SELECT o.value, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, 0,
+           {stored_root}
+    FROM target CROSS JOIN json_each(?4) o CROSS JOIN checkpoints c
       ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = target.parent
     UNION ALL
-    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
-           (SELECT json_group_array(o.value) FROM json_each(chain.open) o
-            WHERE NOT EXISTS ({STORED_HERE})),
-           chain.depth + 1
+    SELECT chain.channel, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
+           chain.depth + 1, {stored_step}
     FROM chain CROSS JOIN checkpoints c
       ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = chain.parent
     -- Ids only decrease along parent links: the walk ends even in a damaged file.
-    WHERE chain.open <> '[]' AND c.checkpoint_id < chain.id
+    WHERE NOT chain.stored AND c.checkpoint_id < chain.id
 )
-SELECT 'w' AS kind, chain.depth, w.channel, w.task_path, w.task_id, w.idx, w.type, w.blob
-FROM chain CROSS JOIN json_each(chain.open) o CROSS JOIN checkpoint_writes w
-  ON w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = chain.id
- AND w.channel = o.value
+SELECT 'w' AS kind, NULL, NULL,
+       json_group_array(json_array(x.depth, x.channel, x.task_path, x.task_id, x.idx, x.type,
+                                   length(x.blob))),
+       NULL, NULL, NULL, CAST(group_concat(x.blob, '') AS BLOB)
+FROM (
+    SELECT chain.depth, w.channel, w.task_path, w.task_id, w.idx, w.type, w.blob
+    FROM chain CROSS JOIN checkpoint_writes w
+      ON w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = chain.id
+     AND w.channel = chain.channel
+) AS x
 UNION ALL
 SELECT 's', chain.depth, b.channel, NULL, NULL, NULL, b.type, b.blob
-FROM chain CROSS JOIN json_each(chain.open) o
-CROSS JOIN json_each(chain.cp, '$.cv') v ON v.key = o.value
+FROM chain CROSS JOIN json_each(chain.cp, '$.cv') v ON v.key = chain.channel
 CROSS JOIN checkpoint_blobs b
-  ON b.thread_id = ?1 AND b.checkpoint_ns = ?2 AND b.channel = o.value AND b.version = v.value
-WHERE b.type IS NOT NULL")
+  ON b.thread_id = ?1 AND b.checkpoint_ns = ?2 AND b.channel = chain.channel
+ AND b.version = v.value
+WHERE chain.stored",
+        stored_root = stored_at("o.value"),
+        stored_step = stored_at("chain.channel"),
+    )
 }
 
-/// Whether channel `o.value` has a stored value at checkpoint `chain` (used inside
-/// [`DELTA_HISTORY`]).
-const STORED_HERE: &str = "SELECT 1 FROM json_each(chain.cp, '$.cv') v \
-     CROSS JOIN checkpoint_blobs b ON b.thread_id = ?1 AND b.checkpoint_ns = ?2 \
-     AND b.channel = o.value AND b.version = v.value \
-     WHERE v.key = o.value AND b.type IS NOT NULL";
+/// Whether the channel named by the SQL expression `channel` has a stored value at
+/// checkpoint row `c` (used inside [`DELTA_HISTORY`]).
+fn stored_at(channel: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM json_each(c.checkpoint, '$.cv') v \
+         CROSS JOIN checkpoint_blobs b ON b.thread_id = ?1 AND b.checkpoint_ns = ?2 \
+         AND b.channel = v.key AND b.version = v.value \
+         WHERE v.key = {channel} AND b.type IS NOT NULL)"
+    )
+}
 
 /// The pending writes to `__pregel_tasks` of checkpoint `?3` of `(?1 thread, ?2
 /// namespace)`: the sends of a child of a format before 4.
