@@ -24,8 +24,12 @@ pub(super) fn history(
             None => return Ok(out),
         },
     };
-    let mut remaining: HashSet<&str> = channels.iter().map(String::as_str).collect();
-    let mut collected: BTreeMap<&str, Vec<Vec<PendingWrite>>> = BTreeMap::new();
+    // A few channels at most: a vector beats a hash set.
+    let mut remaining: Vec<&str> = channels.iter().map(String::as_str).collect();
+    remaining.sort_unstable();
+    remaining.dedup();
+    // Per checkpoint walked, newest first: its writes of the channels still open there.
+    let mut levels: Vec<Vec<PendingWrite>> = Vec::new();
     let mut seen = HashSet::new();
     let mut cursor = data
         .checkpoints
@@ -51,7 +55,7 @@ pub(super) fn history(
             .get(id)
             .into_iter()
             .flatten()
-            .filter(|(_, w)| remaining.contains(w.channel.as_str()))
+            .filter(|(_, w)| remaining.contains(&w.channel.as_str()))
             .map(|((task_id, idx), w)| PendingWrite {
                 task_id: task_id.clone(),
                 channel: w.channel.clone(),
@@ -60,16 +64,9 @@ pub(super) fn history(
                 task_path: w.task_path.clone(),
             })
             .collect();
-        writes.sort_by(|a, b| a.task_path.cmp(&b.task_path));
-        for channel in remaining.iter().copied() {
-            let here: Vec<PendingWrite> = writes
-                .iter()
-                .filter(|w| w.channel == channel)
-                .cloned()
-                .collect();
-            if !here.is_empty() {
-                collected.entry(channel).or_default().push(here);
-            }
+        if !writes.is_empty() {
+            writes.sort_by(|a, b| a.task_path.cmp(&b.task_path));
+            levels.push(writes);
         }
         remaining.retain(|channel| {
             let stored_value = stored
@@ -90,13 +87,9 @@ pub(super) fn history(
         });
         cursor = stored.parent.as_deref();
     }
-    let collected: Vec<(String, Vec<PendingWrite>)> = collected
-        .into_iter()
-        .map(|(c, per)| (c.to_owned(), per.into_iter().rev().flatten().collect()))
-        .collect();
-    for (channel, writes) in collected {
-        if let Some(h) = out.get_mut(&channel) {
-            h.writes = writes;
+    for w in levels.into_iter().rev().flatten() {
+        if let Some(h) = out.get_mut(&w.channel) {
+            h.writes.push(w);
         }
     }
     Ok(out)
