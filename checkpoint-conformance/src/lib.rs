@@ -296,6 +296,7 @@ macro_rules! __for_each_clause {
             delta::delta_same_step_writes_in_task_order,
             delta::delta_no_seed_at_the_root,
             delta::delta_channels_end_independently,
+            delta::delta_seed_after_a_long_stored_run,
             delta::delta_forks_follow_only_the_target_branch,
             delta::delta_edges,
             delta::delta_history_matches_reference_walk,
