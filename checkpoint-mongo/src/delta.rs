@@ -1,9 +1,10 @@
 //! `delta_channel_history` in a handful of queries whatever the depth of the walk: the
 //! namespace's checkpoints are read newest first in pages of [`PAGE`] (id, parent and
 //! version map only), the walk up the parent links runs here, one query per stretch of the
-//! walk tells which of the versions named on the way are stored values, and two more fetch
-//! the pending writes of the checkpoints walked and the seeds (one more only for chunked
-//! values).
+//! walk tells which of the versions named on the way are stored values (and, when they are
+//! few, as for a delta channel, returns them, seeds included), and one more fetches the
+//! pending writes of the checkpoints walked (more only for chunked values, or for seeds of
+//! a channel stored at many checkpoints).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -23,6 +24,12 @@ use crate::keys;
 
 /// Checkpoints one page of the walk reads.
 const PAGE: i64 = 256;
+
+/// Stored values of the open channels along a stretch that the probe returns whole. A delta
+/// channel is stored once per snapshot (every 100 updates by default), so a page of
+/// [`PAGE`] checkpoints names a handful; a channel stored at most steps names more, and then
+/// the probe returns keys only and the seeds are read afterwards.
+const PREFETCH: usize = 8;
 
 /// One checkpoint on the walk.
 struct Node {
@@ -68,6 +75,8 @@ async fn walk(
     // Per checkpoint walked, newest first: its id and the channels open there.
     let mut walked: Vec<(String, BTreeSet<String>)> = Vec::new();
     let mut seeds: Vec<(String, String)> = Vec::new();
+    // Value documents the probes returned whole, by key.
+    let mut fetched: HashMap<String, Stored> = HashMap::new();
     while let Some(from) = cursor.clone() {
         if open.is_empty() {
             break;
@@ -87,6 +96,15 @@ async fn walk(
         // One query tells which versions the open channels name along the stretch are
         // stored values.
         let stored = stored_versions(inner, thread, ns, &stretch, &open).await?;
+        let stored: HashSet<String> = stored
+            .into_iter()
+            .map(|(key, doc)| {
+                if let Some(doc) = doc {
+                    fetched.insert(key.clone(), doc);
+                }
+                key
+            })
+            .collect();
         for node in &stretch {
             if open.is_empty() {
                 break;
@@ -108,7 +126,17 @@ async fn walk(
         }
     }
     let writes = writes_of(inner, thread, ns, &walked).await?;
-    let seed_values = values_of(inner, thread, seeds.iter().map(|(_, k)| k.clone())).await?;
+    // Seeds the probes returned need no query of their own (chunks aside).
+    let mut known: Vec<(String, Stored)> = Vec::new();
+    let mut missing: Vec<String> = Vec::new();
+    for (_, key) in &seeds {
+        match fetched.remove(key) {
+            Some(doc) => known.push((key.clone(), doc)),
+            None => missing.push(key.clone()),
+        }
+    }
+    let mut seed_values = values_of(inner, thread, missing.into_iter()).await?;
+    seed_values.extend(resolve_all(inner, thread, known).await?);
     for (checkpoint, _) in walked.iter().rev() {
         for w in writes.get(checkpoint).into_iter().flatten() {
             if let Some(h) = out.get_mut(&w.channel) {
@@ -210,14 +238,15 @@ fn value_key(thread: &str, ns: &str, channel: &str, version: &ChannelVersion) ->
 }
 
 /// Which of the versions the open channels name along `stretch` are stored values (not
-/// removed): their value keys.
+/// removed): their value keys, each with its document when there are fewer than
+/// [`PREFETCH`] (otherwise keys only, from a second query).
 async fn stored_versions(
     inner: &Inner,
     thread: &str,
     ns: &str,
     stretch: &[&Node],
     open: &BTreeSet<String>,
-) -> Result<HashSet<String>, MongoError> {
+) -> Result<HashMap<String, Option<Stored>>, MongoError> {
     let keys: BTreeSet<String> = stretch
         .iter()
         .flat_map(|n| {
@@ -226,19 +255,45 @@ async fn stored_versions(
         })
         .collect();
     if keys.is_empty() {
-        return Ok(HashSet::new());
+        return Ok(HashMap::new());
+    }
+    let filter = doc! {
+        "_id": { "$in": keys.into_iter().collect::<Vec<_>>() },
+        "t": thread,
+        "ty": { "$exists": true },
+    };
+    let docs: Vec<Document> = inner
+        .values
+        .find(filter.clone())
+        .projection(VALUE_FIELDS.clone())
+        .limit(i64::try_from(PREFETCH).unwrap_or(i64::MAX))
+        .await?
+        .try_collect()
+        .await?;
+    if docs.len() < PREFETCH {
+        return docs
+            .into_iter()
+            .map(|mut d| {
+                let id = codec::take_string(&mut d, "_id", "value document")?;
+                Ok((id, Some(codec::get_value(&mut d, "value document")?)))
+            })
+            .collect();
     }
     let docs: Vec<Document> = inner
         .values
-        .find(doc! { "_id": { "$in": keys.into_iter().collect::<Vec<_>>() }, "t": thread, "ty": { "$exists": true } })
+        .find(filter)
         .projection(doc! { "_id": 1 })
         .await?
         .try_collect()
         .await?;
     docs.into_iter()
-        .map(|mut d| codec::take_string(&mut d, "_id", "value document"))
+        .map(|mut d| Ok((codec::take_string(&mut d, "_id", "value document")?, None)))
         .collect()
 }
+
+/// The fields of a value document a read needs.
+static VALUE_FIELDS: std::sync::LazyLock<Document> =
+    std::sync::LazyLock::new(|| doc! { "_id": 1, "ty": 1, "d": 1, "len": 1, "b": 1, "nc": 1 });
 
 /// The pending writes of the channels open at each walked checkpoint, per checkpoint id,
 /// in the contract's order.
@@ -308,28 +363,42 @@ async fn values_of(
     keys: impl Iterator<Item = String>,
 ) -> Result<HashMap<String, TypedValue>, MongoError> {
     let keys: Vec<String> = keys.collect();
-    let mut out = HashMap::new();
     if keys.is_empty() {
-        return Ok(out);
+        return Ok(HashMap::new());
     }
     let docs: Vec<Document> = inner
         .values
         .find(doc! { "_id": { "$in": keys }, "t": thread })
-        .projection(doc! { "_id": 1, "ty": 1, "d": 1, "len": 1, "b": 1, "nc": 1 })
+        .projection(VALUE_FIELDS.clone())
         .await?
         .try_collect()
         .await?;
-    let mut stored = Vec::with_capacity(docs.len());
-    let mut blobs = BTreeSet::new();
-    for mut d in docs {
-        let id = codec::take_string(&mut d, "_id", "value document")?;
-        let value = codec::get_value(&mut d, "value document")?;
-        if let Stored::Chunked { blob, .. } = &value {
-            blobs.insert((thread.to_owned(), *blob));
-        }
-        stored.push((id, value));
-    }
+    let stored = docs
+        .into_iter()
+        .map(|mut d| {
+            let id = codec::take_string(&mut d, "_id", "value document")?;
+            Ok((id, codec::get_value(&mut d, "value document")?))
+        })
+        .collect::<Result<Vec<_>, MongoError>>()?;
+    resolve_all(inner, thread, stored).await
+}
+
+/// Stored values by key, chunked ones joined (one query for all their chunks, none when no
+/// value is chunked); removed ones left out.
+async fn resolve_all(
+    inner: &Inner,
+    thread: &str,
+    stored: Vec<(String, Stored)>,
+) -> Result<HashMap<String, TypedValue>, MongoError> {
+    let blobs: BTreeSet<(String, ObjectId)> = stored
+        .iter()
+        .filter_map(|(_, v)| match v {
+            Stored::Chunked { blob, .. } => Some((thread.to_owned(), *blob)),
+            _ => None,
+        })
+        .collect();
     let chunks = chunk::fetch_chunks(inner, &blobs).await?;
+    let mut out = HashMap::with_capacity(stored.len());
     for (id, value) in stored {
         if let Some(v) = resolve(&chunks, thread, &value)? {
             out.insert(id, v);
