@@ -59,6 +59,7 @@ async fn walk(
 ) -> Result<(), MongoError> {
     let ns = config.checkpoint_ns.as_str();
     let mut page = Page::read(inner, thread, ns, config.checkpoint_id.as_deref()).await?;
+    let mut one_page = true;
     let Some(target) = page.newest() else {
         return Ok(());
     };
@@ -88,6 +89,7 @@ async fn walk(
                 break;
             }
             page = Page::read(inner, thread, ns, Some(&from)).await?;
+            one_page = false;
             if page.newest().is_none_or(|n| n.id != from) {
                 break;
             }
@@ -125,7 +127,19 @@ async fn walk(
             cursor = node.parent.clone();
         }
     }
-    let writes = writes_of(inner, thread, ns, &walked).await?;
+    // Without forks in the stretch walked (the page, which holds every checkpoint of the
+    // namespace down from the target, has none between the walked ones but them), its writes
+    // are one range of ids: on the MongoDB-wire test server that query took 1.3 ms where
+    // the lookup of 19 addresses took 1.8-2.0 ms.
+    let range = match (walked.last(), walked.first()) {
+        (Some((oldest, _)), Some((newest, _)))
+            if one_page && page.count_between(oldest, newest) == walked.len() =>
+        {
+            Some((oldest.as_str(), newest.as_str()))
+        }
+        _ => None,
+    };
+    let writes = writes_of(inner, thread, ns, &walked, range).await?;
     // Seeds the probes returned need no query of their own (chunks aside).
     let mut known: Vec<(String, Stored)> = Vec::new();
     let mut missing: Vec<String> = Vec::new();
@@ -201,6 +215,14 @@ impl Page {
             nodes,
             full,
         })
+    }
+
+    /// How many checkpoints of this page have ids between `oldest` and `newest` (included).
+    fn count_between(&self, oldest: &str, newest: &str) -> usize {
+        self.nodes
+            .keys()
+            .filter(|id| oldest <= id.as_str() && id.as_str() <= newest)
+            .count()
     }
 
     fn newest(&self) -> Option<&Node> {
@@ -296,12 +318,15 @@ static VALUE_FIELDS: std::sync::LazyLock<Document> =
     std::sync::LazyLock::new(|| doc! { "_id": 1, "ty": 1, "d": 1, "len": 1, "b": 1, "nc": 1 });
 
 /// The pending writes of the channels open at each walked checkpoint, per checkpoint id,
-/// in the contract's order.
+/// in the contract's order. `range`: the walked checkpoints are every checkpoint of the
+/// namespace between these ids (both included), so the writes are read as one range of the
+/// writes' `(t, n, c)` index instead of a lookup per checkpoint.
 pub(crate) async fn writes_of(
     inner: &Inner,
     thread: &str,
     ns: &str,
     walked: &[(String, BTreeSet<String>)],
+    range: Option<(&str, &str)>,
 ) -> Result<HashMap<String, Vec<PendingWrite>>, MongoError> {
     let mut out: HashMap<String, Vec<PendingWrite>> = HashMap::new();
     if walked.is_empty() {
@@ -311,9 +336,21 @@ pub(crate) async fn writes_of(
         .iter()
         .map(|(id, open)| (keys::doc_id(&[thread, ns, id]), (id, open)))
         .collect();
+    // Either way, a document of a checkpoint not walked (none, with a range) is skipped below.
+    let filter = match range {
+        // `c < newest + "\0"` is `c <= newest` for binary string order. It is spelled so
+        // because the MongoDB-wire test server (SecantusDB 0.7.0b3) answers a `$lte` bound
+        // on the last field of a compound index range as if it were `$lt`.
+        Some((oldest, newest)) => doc! {
+            "t": thread,
+            "n": ns,
+            "c": { "$gte": oldest, "$lt": format!("{newest}\0") },
+        },
+        None => doc! { "a": { "$in": open_at.keys().cloned().collect::<Vec<_>>() }, "t": thread },
+    };
     let docs: Vec<Document> = inner
         .writes
-        .find(doc! { "a": { "$in": open_at.keys().cloned().collect::<Vec<_>>() }, "t": thread })
+        .find(filter)
         .projection(doc! { "a": 1, "k": 1, "r": 1, "w": 1 })
         .await?
         .try_collect()

@@ -399,6 +399,7 @@ async fn legacy_sends(inner: &Inner, tuples: &mut [CheckpointTuple]) -> Result<(
             &parent.thread_id,
             &parent.checkpoint_ns,
             &[(id.clone(), tasks)],
+            None,
         )
         .await?;
         legacy::apply_parent_sends(tuple, &writes.remove(&id).unwrap_or_default());
