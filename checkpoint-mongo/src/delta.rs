@@ -3,8 +3,9 @@
 //! version map only), the walk up the parent links runs here, one query per stretch of the
 //! walk tells which of the versions named on the way are stored values (and, when they are
 //! few, as for a delta channel, returns them, seeds included), and one more fetches the
-//! pending writes of the checkpoints walked (more only for chunked values, or for seeds of
-//! a channel stored at many checkpoints).
+//! pending writes of the checkpoints walked. More run only for chunked values, and for a
+//! stretch naming [`PREFETCH`] or more stored values (a second probe for their keys, then a
+//! query for the seeds not among the first documents).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -25,10 +26,12 @@ use crate::keys;
 /// Checkpoints one page of the walk reads.
 const PAGE: i64 = 256;
 
-/// Stored values of the open channels along a stretch that the probe returns whole. A delta
-/// channel is stored once per snapshot (every 100 updates by default), so a page of
-/// [`PAGE`] checkpoints names a handful; a channel stored at most steps names more, and then
-/// the probe returns keys only and the seeds are read afterwards.
+/// The probe reads at most this many stored values of the open channels along a stretch
+/// whole; when fewer exist, they are all there is and the seeds among them need no query of
+/// their own. A delta channel is stored once per snapshot (every 100 updates by default), so
+/// a page of [`PAGE`] checkpoints names a handful; a channel stored at most steps names
+/// more, and then a second probe lists the keys of the rest. The price is reading up to
+/// `PREFETCH - 1` values older than a seed that the history does not need.
 const PREFETCH: usize = 8;
 
 /// One checkpoint on the walk.
@@ -301,6 +304,14 @@ async fn stored_versions(
             })
             .collect();
     }
+    // As many or more: the documents read are kept, the other keys listed.
+    let mut out = docs
+        .into_iter()
+        .map(|mut d| {
+            let id = codec::take_string(&mut d, "_id", "value document")?;
+            Ok((id, Some(codec::get_value(&mut d, "value document")?)))
+        })
+        .collect::<Result<HashMap<_, _>, MongoError>>()?;
     let docs: Vec<Document> = inner
         .values
         .find(filter)
@@ -308,9 +319,11 @@ async fn stored_versions(
         .await?
         .try_collect()
         .await?;
-    docs.into_iter()
-        .map(|mut d| Ok((codec::take_string(&mut d, "_id", "value document")?, None)))
-        .collect()
+    for mut d in docs {
+        out.entry(codec::take_string(&mut d, "_id", "value document")?)
+            .or_insert(None);
+    }
+    Ok(out)
 }
 
 /// The fields of a value document a read needs.
@@ -339,8 +352,9 @@ pub(crate) async fn writes_of(
     // Either way, a document of a checkpoint not walked (none, with a range) is skipped below.
     let filter = match range {
         // `c < newest + "\0"` is `c <= newest` for binary string order. It is spelled so
-        // because the MongoDB-wire test server (SecantusDB 0.7.0b3) answers a `$lte` bound
-        // on the last field of a compound index range as if it were `$lt`.
+        // because the MongoDB-wire test server (SecantusDB 0.7.0b3) answers `$lte` on `c`
+        // over this ascending `(t, n, c, k)` index as if it were `$lt` (the descending
+        // `(t, n, c)` index of checkpoints, which the pages use, answers it correctly).
         Some((oldest, newest)) => doc! {
             "t": thread,
             "n": ns,

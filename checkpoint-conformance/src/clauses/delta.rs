@@ -279,54 +279,67 @@ pub async fn delta_channels_end_independently(f: &dyn SaverFactory) {
 
 /// A channel stored at many steps before it became a delta channel (a thread migrated from
 /// an ordinary channel): the seed is its value at the nearest of them, however many older
-/// ones there are, next to a channel stored only at the first step.
+/// ones there are, next to a channel stored only at the first step. Targets are chosen so
+/// that the stretch walked names 7, 8 and 13 stored values.
 pub async fn delta_seed_after_a_long_stored_run(f: &dyn SaverFactory) {
     let s = build(f).await;
-    let mut at = cfg("t", "");
-    let mut parent: Option<Checkpoint> = None;
-    let mut configs = Vec::new();
-    for n in 0..16 {
-        let mut stored = Vec::new();
-        let mut bumped = vec!["snap"];
-        if n == 0 {
-            stored.push(("snap", snapshot(json!(["s0"]))));
-            bumped.clear();
+    for ns in NAMESPACES {
+        let mut at = cfg("t", ns);
+        let mut parent: Option<Checkpoint> = None;
+        let mut configs = Vec::new();
+        for n in 0..16 {
+            let mut stored = Vec::new();
+            let mut bumped = vec!["snap"];
+            if n == 0 {
+                stored.push(("snap", snapshot(json!(["s0"]))));
+                bumped.clear();
+            }
+            if n < 12 {
+                stored.push(("plain", val(json!(format!("plain{n}")))));
+            } else {
+                bumped.push("plain");
+            }
+            let (c, p) = put(&*s, &at, parent.as_ref(), &stored, &bumped).await;
+            write(&*s, &c, &format!("p{n}"), "", "plain", val(json!(n))).await;
+            write(&*s, &c, &format!("s{n}"), "", "snap", val(json!(n))).await;
+            configs.push(c.clone());
+            (at, parent) = (c, Some(p));
         }
-        if n < 12 {
-            stored.push(("plain", val(json!(format!("plain{n}")))));
-        } else {
-            bumped.push("plain");
-        }
-        let (c, p) = put(&*s, &at, parent.as_ref(), &stored, &bumped).await;
-        write(&*s, &c, &format!("p{n}"), "", "plain", val(json!(n))).await;
-        write(&*s, &c, &format!("s{n}"), "", "snap", val(json!(n))).await;
-        configs.push(c.clone());
-        (at, parent) = (c, Some(p));
-    }
-    let h = history(&*s, &configs[15], &["plain", "snap"]).await;
-    assert_eq!(h["plain"].seed, Some(val(json!("plain11"))));
-    assert_eq!(
-        values(&h["plain"]),
-        (11..15).map(|n| val(json!(n))).collect::<Vec<_>>()
-    );
-    assert_eq!(h["snap"].seed, Some(snapshot(json!(["s0"]))));
-    assert_eq!(
-        values(&h["snap"]),
-        (0..15).map(|n| val(json!(n))).collect::<Vec<_>>()
-    );
-    let h = history(&*s, &configs[6], &["plain"]).await;
-    assert_eq!(h["plain"].seed, Some(val(json!("plain5"))));
-    assert_eq!(values(&h["plain"]), [val(json!(5))]);
-    for c in [&configs[15], &configs[12], &configs[6]] {
-        let channels = ["plain".to_owned(), "snap".to_owned()];
+        let h = history(&*s, &configs[15], &["plain", "snap"]).await;
+        assert_eq!(h["plain"].seed, Some(val(json!("plain11"))), "ns {ns:?}");
         assert_eq!(
-            s.delta_channel_history(c, &channels)
-                .await
-                .expect("history"),
-            delta::walk(&*s, c, &channels)
-                .await
-                .expect("reference walk"),
+            values(&h["plain"]),
+            (11..15).map(|n| val(json!(n))).collect::<Vec<_>>()
         );
+        assert_eq!(h["snap"].seed, Some(snapshot(json!(["s0"]))));
+        assert_eq!(
+            values(&h["snap"]),
+            (0..15).map(|n| val(json!(n))).collect::<Vec<_>>()
+        );
+        let h = history(&*s, &configs[6], &["plain"]).await;
+        assert_eq!(h["plain"].seed, Some(val(json!("plain5"))), "ns {ns:?}");
+        assert_eq!(values(&h["plain"]), [val(json!(5))]);
+        let h = history(&*s, &configs[8], &["plain", "snap"]).await;
+        assert_eq!(h["plain"].seed, Some(val(json!("plain7"))), "ns {ns:?}");
+        assert_eq!(h["snap"].seed, Some(snapshot(json!(["s0"]))));
+        for c in [
+            &configs[15],
+            &configs[12],
+            &configs[8],
+            &configs[7],
+            &configs[6],
+        ] {
+            let channels = ["plain".to_owned(), "snap".to_owned()];
+            assert_eq!(
+                s.delta_channel_history(c, &channels)
+                    .await
+                    .expect("history"),
+                delta::walk(&*s, c, &channels)
+                    .await
+                    .expect("reference walk"),
+                "ns {ns:?}"
+            );
+        }
     }
 }
 
