@@ -21,6 +21,14 @@ if ! cargo fuzz --version > /dev/null 2>&1; then
   cargo install -q cargo-fuzz --version 0.13.2 --locked
 fi
 
+# AddressSanitizer keeps the stack trace of every allocation site it sees, for good: a
+# recursive decoder reached through millions of distinct nestings grows that store without
+# bound (msgpack: 2 GB of RSS after 7.2 M runs with 25 MB of live heap; with no allocation
+# stack traces, 0.6 GB at 3.7 M). Memory errors are still caught; their reports lose only
+# the allocation's stack (safe Rust has none to report; the targets look for panics,
+# timeouts and unbounded memory).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}malloc_context_size=0"
+
 cd fuzz
 cargo +nightly fuzz build -O
 for target in $(cargo +nightly fuzz list); do
