@@ -53,10 +53,13 @@ pub(super) struct ThreadData {
 pub(super) struct NsData {
     pub(super) checkpoints: BTreeMap<String, Stored>,
     /// channel → version → value (`None`: the channel was removed at that version).
-    pub(super) blobs: HashMap<String, HashMap<ChannelVersion, Option<TypedValue>>>,
+    pub(super) blobs: HashMap<String, Versions>,
     /// checkpoint id → (task_id, idx) → write.
     pub(super) writes: HashMap<String, BTreeMap<(String, i64), StoredWrite>>,
 }
+
+/// A channel's stored values by version (`None`: the channel was removed at that version).
+pub(super) type Versions = HashMap<ChannelVersion, Option<TypedValue>>;
 
 #[derive(Clone, Debug)]
 pub(super) struct Stored {
