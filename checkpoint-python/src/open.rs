@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use checkpoint_core::{Error, InMemorySaver, Result, Saver};
-use checkpoint_mongo::{MongoConfig, MongoSaver};
+use checkpoint_mongo::mongodb::options::{Acknowledgment, WriteConcern};
+use checkpoint_mongo::{MongoConfig, MongoSaver, TransactionMode};
 use checkpoint_postgres::PostgresSaver;
 use checkpoint_redis::RedisSaver;
 use checkpoint_sanitize::{
@@ -34,6 +35,10 @@ pub(crate) struct Options {
     pub(crate) database: Option<String>,
     /// MongoDB collection prefix.
     pub(crate) collection_prefix: Option<String>,
+    /// MongoDB transaction mode: `auto`, `required` or `disabled`.
+    pub(crate) transactions: Option<String>,
+    /// MongoDB write concern: `majority` (journaled) or `server-default`.
+    pub(crate) write_concern: Option<String>,
     /// Pool size (PostgreSQL, Redis).
     pub(crate) max_connections: Option<u32>,
     /// Create tables and indexes when missing (PostgreSQL, MongoDB; SQLite always does).
@@ -60,6 +65,8 @@ fn reject_options(backend: &str, options: &Options, allowed: &[&str]) -> Result<
         ("key_prefix", options.key_prefix.is_some()),
         ("database", options.database.is_some()),
         ("collection_prefix", options.collection_prefix.is_some()),
+        ("transactions", options.transactions.is_some()),
+        ("write_concern", options.write_concern.is_some()),
         ("max_connections", options.max_connections.is_some()),
     ];
     match given
@@ -151,7 +158,16 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
             Arc::new(saver)
         }
         Backend::Mongo(url) => {
-            reject_options("MongoSaver", &options, &["database", "collection_prefix"])?;
+            reject_options(
+                "MongoSaver",
+                &options,
+                &[
+                    "database",
+                    "collection_prefix",
+                    "transactions",
+                    "write_concern",
+                ],
+            )?;
             let database = options
                 .database
                 .or_else(|| mongo_database(&url))
@@ -165,6 +181,34 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
             let mut config = MongoConfig::new(database);
             if let Some(prefix) = options.collection_prefix {
                 config = config.collection_prefix(prefix);
+            }
+            if let Some(mode) = options.transactions {
+                config = config.transactions(match mode.as_str() {
+                    "auto" => TransactionMode::Auto,
+                    "required" => TransactionMode::Required,
+                    "disabled" => TransactionMode::Disabled,
+                    other => {
+                        return Err(invalid(format!(
+                            "transactions={other:?}: expected \"auto\", \"required\" or \
+                             \"disabled\""
+                        )));
+                    }
+                });
+            }
+            if let Some(concern) = options.write_concern {
+                config = config.write_concern(match concern.as_str() {
+                    "majority" => WriteConcern::builder()
+                        .w(Acknowledgment::Majority)
+                        .journal(true)
+                        .build(),
+                    "server-default" => WriteConcern::default(),
+                    other => {
+                        return Err(invalid(format!(
+                            "write_concern={other:?}: expected \"majority\" or \
+                             \"server-default\""
+                        )));
+                    }
+                });
             }
             let saver = MongoSaver::connect(&url, config).await?;
             if options.setup {

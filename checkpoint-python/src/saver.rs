@@ -98,7 +98,7 @@ impl NativeSaver {
     #[new]
     #[pyo3(signature = (
         kind, target, *, schema=None, key_prefix=None, database=None, collection_prefix=None,
-        max_connections=None, setup=true, sanitize_on_load=false, pending_markers=false,
+        transactions=None, write_concern=None, max_connections=None, setup=true, sanitize_on_load=false, pending_markers=false,
         skip_unsafe_put=false, idempotent=false, compare_and_set=false
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -110,6 +110,8 @@ impl NativeSaver {
         key_prefix: Option<String>,
         database: Option<String>,
         collection_prefix: Option<String>,
+        transactions: Option<String>,
+        write_concern: Option<String>,
         max_connections: Option<u32>,
         setup: bool,
         sanitize_on_load: bool,
@@ -139,6 +141,8 @@ impl NativeSaver {
             key_prefix,
             database,
             collection_prefix,
+            transactions,
+            write_concern,
             max_connections,
             setup,
         };

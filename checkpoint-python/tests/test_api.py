@@ -129,6 +129,30 @@ def test_bad_input_gets_typed_errors(tmp_path) -> None:
     assert list(saver.list(None)) == []
 
 
+async def test_mongodb_durability_options(make_store) -> None:
+    """LangGraph's durability (no transactions, the server's default write concern) stores
+    and reads back like the default, without compare-and-set puts; unknown values are typed
+    errors that open nothing."""
+    store = make_store("mongodb")
+    relaxed = store.saver(transactions="disabled", write_concern="server-default")
+    root = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    first = empty_checkpoint()
+    stored = await relaxed.aput(root, first, {"step": 0}, {})
+    await relaxed.aput_writes(stored, [("messages", "hi")], "task-1")
+    # Another saver on the same collections, at the default durability, reads it whole.
+    got = await store.saver().aget_tuple(stored)
+    assert got.checkpoint["id"] == first["id"] and got.metadata["step"] == 0
+    assert [(w[1], w[2]) for w in got.pending_writes] == [("messages", "hi")]
+    with pytest.raises(ValueError, match="compare-and-set"):
+        store.saver(transactions="disabled", compare_and_set=True)
+    with pytest.raises(errors.InvalidInputError, match="transactions"):
+        store.saver(transactions="sometimes")
+    with pytest.raises(errors.InvalidInputError, match="write_concern"):
+        store.saver(write_concern="w2")
+    with pytest.raises(errors.InvalidInputError, match="no option"):
+        checkpoint_rs.PostgresSaver("postgres://127.0.0.1:1/x", transactions="disabled")
+
+
 async def test_async_calls_do_not_block_the_event_loop(make_store) -> None:
     """An awaited read that waits on the server (a table lock held by another session)
     leaves the event loop free: other coroutines run meanwhile, and one of them ends the

@@ -400,7 +400,13 @@ class RedisSaver(RustCheckpointSaver):
 class MongoSaver(RustCheckpointSaver):
     """MongoDB 6 or later: the database is the URL's path (``mongodb://host/db``) or
     ``database=``; ``collection_prefix`` separates stores sharing a database;
-    ``setup=False`` skips creating indexes."""
+    ``setup=False`` skips creating indexes.
+
+    Durability: ``transactions`` is ``"auto"`` (the default: multi-document transactions
+    where the deployment has them), ``"required"`` or ``"disabled"`` (ordered idempotent
+    writes, without compare-and-set puts or leases); ``write_concern`` is ``"majority"``
+    (the default, journaled) or ``"server-default"``. ``transactions="disabled",
+    write_concern="server-default"`` writes as LangGraph's ``MongoDBSaver`` does."""
 
     _kind = "mongodb"
 
