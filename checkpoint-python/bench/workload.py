@@ -367,13 +367,19 @@ async def contender(name: str, backend: str):
             async def size() -> int:
                 # The database's pages, the WAL's committed ones included (as
                 # checkpoint-bench measures it): the file itself may lag behind the WAL.
-                import sqlite3
-
-                with sqlite3.connect(path) as conn:
-                    (n,) = conn.execute(
-                        "SELECT page_count * page_size FROM pragma_page_count, pragma_page_size"
-                    ).fetchone()
-                return n
+                # Asked in another process: Python's sqlite3 is another copy of SQLite
+                # than checkpoint_rs's, and two copies in one process must never open the
+                # same file (closing one drops the other's POSIX locks, so it deletes the
+                # write-ahead log under the saver; see checkpoint-python's README).
+                query = (
+                    "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); print(c.execute("
+                    "'SELECT page_count * page_size FROM pragma_page_count, pragma_page_size'"
+                    ").fetchone()[0]); c.close()"
+                )
+                done = subprocess.run(
+                    [sys.executable, "-c", query, path], capture_output=True, text=True, check=True
+                )
+                return int(done.stdout)
 
             if name == "checkpoint_rs":
                 yield checkpoint_rs.SqliteSaver(path), size
