@@ -10,7 +10,7 @@ pub mod stats;
 pub mod validate;
 pub mod workload;
 
-pub use backend::{BACKENDS, Backend, BackendOptions, Floors, open};
+pub use backend::{BACKENDS, Backend, BackendOptions, Floors, MongoDurability, open};
 pub use report::RunReport;
 pub use runner::run;
 pub use workload::Params;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use checkpoint_bench::{BACKENDS, BackendOptions, Params};
+use checkpoint_bench::{BACKENDS, BackendOptions, MongoDurability, Params};
 use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
@@ -41,6 +41,11 @@ struct Cli {
     /// every 100 updates; W2 also times `delta_channel_history` of the latest checkpoint.
     #[arg(long)]
     delta: bool,
+    /// MongoDB only: `langgraph` writes as LangGraph's `MongoDBSaver` does (no
+    /// transactions, the server's default write concern; the floors use it too) instead of
+    /// the saver's defaults (transactions, `w: "majority"`, journaled).
+    #[arg(long, value_enum, default_value_t = MongoDurability::Default)]
+    mongo_durability: MongoDurability,
     /// Also write the JSON report to this file (parent directories are created).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -65,7 +70,9 @@ async fn main() -> ExitCode {
             params.reps
         );
     }
-    let options = BackendOptions::new().url(cli.url);
+    let options = BackendOptions::new()
+        .url(cli.url)
+        .mongo_durability(cli.mongo_durability);
     let backend = match checkpoint_bench::open(&cli.backend, &options).await {
         Ok(b) => b,
         Err(e) => {

@@ -38,6 +38,9 @@ pub struct RunReport {
     pub workload: &'static str,
     /// Backend name.
     pub backend: String,
+    /// The backend's saver settings that matter for comparing runs (empty for most; see
+    /// [`Backend::settings`](crate::Backend::settings)).
+    pub settings: BTreeMap<String, String>,
     /// Start of the run, UTC ISO-8601.
     pub started_at: String,
     /// End of the run, UTC ISO-8601.

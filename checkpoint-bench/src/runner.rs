@@ -82,6 +82,7 @@ pub async fn run(backend: &dyn Backend, params: &Params) -> RunReport {
             "WORKLOAD.md W1-W4"
         },
         backend: backend.name().to_owned(),
+        settings: backend.settings(),
         started_at,
         finished_at: now_iso8601(),
         bench_version: env!("CARGO_PKG_VERSION"),

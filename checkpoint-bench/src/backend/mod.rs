@@ -58,6 +58,12 @@ pub trait Backend: fmt::Debug + Send + Sync {
     /// Called once after the last repetition: releases the last saver and removes what the
     /// backend created, so nothing of the run is left on the server.
     async fn teardown(&self) -> Result<()>;
+
+    /// The settings of the savers this backend creates that a reader of the report needs
+    /// to compare it with another run (recorded in the report as `settings`).
+    fn settings(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 }
 
 /// One sample of a server's physical floor, and which workload figure compares with which
@@ -120,6 +126,29 @@ pub const BACKENDS: &[&str] = &[
     "sqlite",
 ];
 
+/// How durably the MongoDB saver writes (`--mongo-durability`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum MongoDurability {
+    /// The saver's defaults: multi-document transactions where the deployment has them,
+    /// write concern `w: "majority"`, journaled.
+    #[default]
+    Default,
+    /// LangGraph's `MongoDBSaver`'s: no transactions (ordered idempotent writes) and the
+    /// server's default write concern.
+    Langgraph,
+}
+
+impl MongoDurability {
+    /// The name used on the command line and in the report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::Langgraph => "langgraph",
+        }
+    }
+}
+
 /// What [`open`] may need besides the name.
 #[derive(Clone, Default)]
 #[non_exhaustive]
@@ -127,6 +156,9 @@ pub struct BackendOptions {
     /// Connection URL of a server backend; for `sqlite`, the directory for its files
     /// (default: a new one in the system's temporary directory). Ignored by `memory`.
     pub url: Option<String>,
+    /// How durably the MongoDB saver writes; anything but the default is an error for the
+    /// other backends.
+    pub mongo_durability: MongoDurability,
 }
 
 impl BackendOptions {
@@ -140,6 +172,12 @@ impl BackendOptions {
         self.url = url;
         self
     }
+
+    /// Sets how durably the MongoDB saver writes.
+    pub fn mongo_durability(mut self, durability: MongoDurability) -> Self {
+        self.mongo_durability = durability;
+        self
+    }
 }
 
 impl fmt::Debug for BackendOptions {
@@ -147,13 +185,19 @@ impl fmt::Debug for BackendOptions {
         // A URL may carry a password: never print it.
         f.debug_struct("BackendOptions")
             .field("url", &self.url.as_ref().map(|_| "<redacted>"))
+            .field("mongo_durability", &self.mongo_durability)
             .finish()
     }
 }
 
 /// Opens the backend called `name` (one of [`BACKENDS`]).
 pub async fn open(name: &str, options: &BackendOptions) -> Result<Box<dyn Backend>> {
-    let _ = options;
+    if name != "mongo" && options.mongo_durability != MongoDurability::Default {
+        return Err(Error::invalid(format!(
+            "--mongo-durability {} applies to the mongo backend only, not {name:?}",
+            options.mongo_durability.as_str()
+        )));
+    }
     match name {
         "memory" => Ok(Box::new(MemoryBackend::new())),
         #[cfg(feature = "postgres")]
@@ -183,6 +227,12 @@ mod tests {
             backend.teardown().await.unwrap();
         }
         assert!(open("nope", &BackendOptions::new()).await.is_err());
+        let langgraph = BackendOptions::new().mongo_durability(MongoDurability::Langgraph);
+        let refused = open("memory", &langgraph).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("mongo backend only"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //!   is dropped first, and the last one on teardown.
 //! * Bytes stored: the sum of `storageSize + totalIndexSize` (`collStats`; `$collStats`
 //!   where the command is gone) over the saver's collections.
+//! * `--mongo-durability langgraph` configures the saver as LangGraph's `MongoDBSaver`
+//!   writes (no transactions, the server's default write concern); the default keeps the
+//!   saver's defaults. The report's `settings` say which.
 //! * Floors, in a separate database on the same server, with the saver's write concern:
 //!   `insert_one` of a 1 KB document (p50; the basis of put and put_writes latencies, and its
 //!   single-connection rate the basis of W4 throughput) and `find_one` by `_id` of a 70 KB
@@ -19,11 +22,11 @@ use futures::TryStreamExt;
 use checkpoint_core::{Error, Result, Saver, async_trait};
 use checkpoint_mongo::mongodb::bson::spec::BinarySubtype;
 use checkpoint_mongo::mongodb::bson::{Binary, Bson, Document, doc};
-use checkpoint_mongo::mongodb::options::{ClientOptions, DatabaseOptions};
+use checkpoint_mongo::mongodb::options::{ClientOptions, DatabaseOptions, WriteConcern};
 use checkpoint_mongo::mongodb::{Client, Database};
-use checkpoint_mongo::{MongoConfig, MongoSaver};
+use checkpoint_mongo::{MongoConfig, MongoSaver, TransactionMode};
 
-use super::{Backend, BackendOptions, Floors};
+use super::{Backend, BackendOptions, Floors, MongoDurability};
 
 /// The server used when neither `--url` nor `CHECKPOINT_TEST_MONGO_URL` names one.
 const DEFAULT_URL: &str = "mongodb://127.0.0.1:27017";
@@ -39,6 +42,7 @@ const BULK_SAMPLES: usize = 11;
 pub struct MongoBackend {
     client: Client,
     prefix: String,
+    durability: MongoDurability,
     repetition: Mutex<u32>,
     /// The database of the current repetition.
     current: Mutex<Option<String>>,
@@ -49,6 +53,7 @@ impl std::fmt::Debug for MongoBackend {
         // The client holds the connection string's credentials: never printed.
         f.debug_struct("MongoBackend")
             .field("prefix", &self.prefix)
+            .field("durability", &self.durability)
             .finish_non_exhaustive()
     }
 }
@@ -84,13 +89,20 @@ impl MongoBackend {
         Ok(Self {
             client,
             prefix: format!("checkpoint_bench_{}", std::process::id()),
+            durability: options.mongo_durability,
             repetition: Mutex::new(0),
             current: Mutex::new(None),
         })
     }
 
     fn config(&self, database: &str) -> MongoConfig {
-        MongoConfig::new(database)
+        let config = MongoConfig::new(database);
+        match self.durability {
+            MongoDurability::Default => config,
+            MongoDurability::Langgraph => config
+                .transactions(TransactionMode::Disabled)
+                .write_concern(WriteConcern::default()),
+        }
     }
 
     fn floor_db(&self) -> Database {
@@ -136,6 +148,22 @@ fn payload(len: usize, seed: u8) -> Bson {
 impl Backend for MongoBackend {
     fn name(&self) -> &str {
         "mongo"
+    }
+
+    fn settings(&self) -> std::collections::BTreeMap<String, String> {
+        // As `config` sets them.
+        let (transactions, write_concern) = match self.durability {
+            MongoDurability::Default => ("auto", "majority, journaled"),
+            MongoDurability::Langgraph => ("disabled", "server default"),
+        };
+        [
+            ("durability", self.durability.as_str()),
+            ("transactions", transactions),
+            ("write_concern", write_concern),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
     }
 
     async fn fresh(&self) -> Result<Arc<dyn Saver>> {
