@@ -67,13 +67,7 @@ pub(super) fn history(
                 .into_iter()
                 .flatten()
                 .filter(|(_, w)| remaining.iter().any(|(c, _)| *c == w.channel))
-                .map(|((task_id, idx), w)| PendingWrite {
-                    task_id: task_id.clone(),
-                    channel: w.channel.clone(),
-                    value: w.value.clone(),
-                    idx: *idx,
-                    task_path: w.task_path.clone(),
-                }),
+                .map(|((task_id, idx), w)| w.pending(task_id, *idx)),
         );
         if found.len() > start {
             found[start..].sort_by(|a, b| a.task_path.cmp(&b.task_path));

@@ -76,6 +76,19 @@ pub(super) struct StoredWrite {
     pub(super) task_path: String,
 }
 
+impl StoredWrite {
+    /// This write as the pending write of task `task_id` at `idx`.
+    pub(super) fn pending(&self, task_id: &str, idx: i64) -> PendingWrite {
+        PendingWrite {
+            task_id: task_id.to_owned(),
+            channel: self.channel.clone(),
+            value: self.value.clone(),
+            idx,
+            task_path: self.task_path.clone(),
+        }
+    }
+}
+
 impl NsData {
     pub(super) fn tuple(&self, thread_id: &str, ns: &str, id: &str) -> Option<CheckpointTuple> {
         let stored = self.checkpoints.get(id)?;
@@ -92,13 +105,7 @@ impl NsData {
             .get(id)
             .into_iter()
             .flatten()
-            .map(|((task_id, idx), w)| PendingWrite {
-                task_id: task_id.clone(),
-                channel: w.channel.clone(),
-                value: w.value.clone(),
-                idx: *idx,
-                task_path: w.task_path.clone(),
-            })
+            .map(|((task_id, idx), w)| w.pending(task_id, *idx))
             .collect();
         // Already ordered by (task_id, idx); a stable sort by task_path gives the contract's order.
         pending_writes.sort_by(|a, b| a.task_path.cmp(&b.task_path));
