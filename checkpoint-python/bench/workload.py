@@ -4,12 +4,13 @@ LangGraph's own savers on the same servers, interleaved in one run, median of th
 repetitions, each on a fresh store. Writes one JSON document.
 
 Usage: python workload.py --out FILE [--backends postgres,sqlite,mongodb,redis]
-                          [--threads 50] [--steps 20] [--reps 3]
+                          [--threads 50] [--steps 20] [--reps 3] [--private-mongo]
 Servers: CHECKPOINT_TEST_POSTGRES_URL, CHECKPOINT_TEST_REDIS_URL, CHECKPOINT_TEST_MONGO_URL.
-With CHECKPOINT_TEST_SECANTUSD (the MongoDB-wire test server's executable, which
-scripts/services/mongo.sh exports), every MongoDB run gets a private server of its own
-instead: that server slows down as its operation log grows (a contender's W1 went from 9 s
-to 44 s between two repetitions on one server), which would favour whoever runs first.
+With --private-mongo, every MongoDB run gets a private MongoDB-wire test server of its own
+(CHECKPOINT_TEST_SECANTUSD, which scripts/services/mongo.sh exports) instead of the one at
+CHECKPOINT_TEST_MONGO_URL: that server slows down as its operation log grows (a
+contender's W1 went from 9 s to 44 s between two repetitions on one server), which would
+favour whoever runs first.
 """
 
 from __future__ import annotations
@@ -327,13 +328,16 @@ def mongo_bytes(url: str, database: str, prefix: str):
     return measure
 
 
+# Whether each MongoDB run gets a private server (`--private-mongo`).
+PRIVATE_MONGO = False
+
+
 @asynccontextmanager
 async def mongo_server():
-    """The URL of a MongoDB-wire server for one run: a private SecantusDB with fresh storage
-    when CHECKPOINT_TEST_SECANTUSD names its executable (stopped and removed afterwards),
-    else CHECKPOINT_TEST_MONGO_URL."""
-    executable = os.environ.get("CHECKPOINT_TEST_SECANTUSD")
-    if not executable:
+    """The URL of a MongoDB-wire server for one run: with `--private-mongo`, a private
+    SecantusDB (CHECKPOINT_TEST_SECANTUSD) on a free port with fresh storage, stopped and
+    removed afterwards; else CHECKPOINT_TEST_MONGO_URL."""
+    if not PRIVATE_MONGO:
         yield os.environ["CHECKPOINT_TEST_MONGO_URL"]
         return
     import shutil
@@ -341,40 +345,49 @@ async def mongo_server():
 
     from pymongo import MongoClient
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    executable = os.environ["CHECKPOINT_TEST_SECANTUSD"]
     storage = tempfile.mkdtemp(prefix="bench-py-mongo-")
-    server = subprocess.Popen(
-        [executable, "--host", "127.0.0.1", "--port", str(port), "--storage-path",
-         os.path.join(storage, "data"), "--log-level", "WARNING"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"mongodb://127.0.0.1:{port}"
+    log_path = os.path.join(storage, "server.log")
+    server = None
     try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(log_path, "wb") as log:
+            server = subprocess.Popen(
+                [executable, "--host", "127.0.0.1", "--port", str(port), "--storage-path",
+                 os.path.join(storage, "data"), "--log-level", "WARNING"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        url = f"mongodb://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"the private MongoDB-wire server exited ({server.returncode})")
+            if server.poll() is not None or time.monotonic() > deadline:
+                with open(log_path, errors="replace") as log:
+                    tail = "".join(log.readlines()[-20:])
+                raise RuntimeError(
+                    f"the private MongoDB-wire server on port {port} "
+                    f"{'exited' if server.poll() is not None else 'did not answer in 90 s'}; "
+                    f"its log ends:\n{tail}"
+                )
             client = MongoClient(url, directConnection=True, serverSelectionTimeoutMS=1000)
             try:
                 client.admin.command("ping")
                 break
             except Exception:
-                if time.monotonic() > deadline:
-                    raise
                 await asyncio.sleep(0.2)
             finally:
                 client.close()
         yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
         shutil.rmtree(storage, ignore_errors=True)
 
 
@@ -432,8 +445,10 @@ async def contender(name: str, backend: str):
                     ").fetchone()[0]); c.close()"
                 )
                 done = subprocess.run(
-                    [sys.executable, "-c", query, path], capture_output=True, text=True, check=True
+                    [sys.executable, "-c", query, path], capture_output=True, text=True
                 )
+                if done.returncode != 0:
+                    raise RuntimeError(f"measuring {path}: {done.stderr.strip()}")
                 return int(done.stdout)
 
             if name == "checkpoint_rs":
@@ -542,7 +557,8 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
-    """Ours to theirs: W4 throughput, bytes, and every operation's p50 latency."""
+    """Ours to theirs: W4 throughput (above 1: ours is faster), W1 wall time, bytes and every
+    operation's p50 latency (below 1: ours is faster or smaller)."""
     out = {
         "w4_steps_per_s": ours["w4_steps_per_s"] / theirs["w4_steps_per_s"],
         "w1_wall_s": ours["w1_wall_s"] / theirs["w1_wall_s"],
@@ -560,10 +576,22 @@ async def main() -> None:
     parser.add_argument("--threads", type=int, default=50)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--private-mongo",
+        action="store_true",
+        help="a private MongoDB-wire test server (CHECKPOINT_TEST_SECANTUSD) per MongoDB run",
+    )
     args = parser.parse_args()
+    global PRIVATE_MONGO
+    PRIVATE_MONGO = args.private_mongo
 
     results: dict[str, Any] = {
         "workload": {"threads": args.threads, "steps": args.steps, "reps": args.reps},
+        "mongodb_server": (
+            "a private MongoDB-wire test server per run, fresh storage"
+            if PRIVATE_MONGO
+            else "CHECKPOINT_TEST_MONGO_URL, shared by every run"
+        ),
         "python": platform.python_version(),
         "checkpoint_rs": checkpoint_rs.__version__,
         "langgraph_savers": {k: v for k, v in LANGGRAPH.items()},
