@@ -43,6 +43,8 @@ pub struct MongoBackend {
     client: Client,
     prefix: String,
     durability: MongoDurability,
+    /// How the last saver made its writes atomic (decided by the saver when created).
+    atomicity: Mutex<Option<String>>,
     repetition: Mutex<u32>,
     /// The database of the current repetition.
     current: Mutex<Option<String>>,
@@ -90,6 +92,7 @@ impl MongoBackend {
             client,
             prefix: format!("checkpoint_bench_{}", std::process::id()),
             durability: options.mongo_durability,
+            atomicity: Mutex::new(None),
             repetition: Mutex::new(0),
             current: Mutex::new(None),
         })
@@ -151,18 +154,25 @@ impl Backend for MongoBackend {
     }
 
     fn settings(&self) -> std::collections::BTreeMap<String, String> {
+        let atomicity = self
+            .atomicity
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "no saver created".to_owned());
         // As `config` sets them.
         let (transactions, write_concern) = match self.durability {
             MongoDurability::Default => ("auto", "majority, journaled"),
             MongoDurability::Langgraph => ("disabled", "server default"),
         };
         [
-            ("durability", self.durability.as_str()),
-            ("transactions", transactions),
-            ("write_concern", write_concern),
+            ("durability", self.durability.as_str().to_owned()),
+            ("transactions", transactions.to_owned()),
+            ("atomicity", atomicity),
+            ("write_concern", write_concern.to_owned()),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .map(|(k, v)| (k.to_owned(), v))
         .collect()
     }
 
@@ -192,6 +202,11 @@ impl Backend for MongoBackend {
             "[mongo] database {database}: atomicity {}",
             saver.atomicity()
         );
+        *self
+            .atomicity
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(saver.atomicity().to_string());
         Ok(Arc::new(saver))
     }
 
