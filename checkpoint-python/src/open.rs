@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use checkpoint_core::{Error, InMemorySaver, Result, Saver};
-use checkpoint_mongo::mongodb::options::{Acknowledgment, WriteConcern};
+use checkpoint_mongo::mongodb::options::WriteConcern;
 use checkpoint_mongo::{MongoConfig, MongoSaver, TransactionMode};
 use checkpoint_postgres::PostgresSaver;
 use checkpoint_redis::RedisSaver;
@@ -195,20 +195,15 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
                     }
                 });
             }
-            if let Some(concern) = options.write_concern {
-                config = config.write_concern(match concern.as_str() {
-                    "majority" => WriteConcern::builder()
-                        .w(Acknowledgment::Majority)
-                        .journal(true)
-                        .build(),
-                    "server-default" => WriteConcern::default(),
-                    other => {
-                        return Err(invalid(format!(
-                            "write_concern={other:?}: expected \"majority\" or \
-                             \"server-default\""
-                        )));
-                    }
-                });
+            match options.write_concern.as_deref() {
+                // MongoConfig's default: `w: "majority"`, journaled.
+                None | Some("majority") => {}
+                Some("server-default") => config = config.write_concern(WriteConcern::default()),
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "write_concern={other:?}: expected \"majority\" or \"server-default\""
+                    )));
+                }
             }
             let saver = MongoSaver::connect(&url, config).await?;
             if options.setup {

@@ -143,6 +143,9 @@ async def test_mongodb_durability_options(make_store) -> None:
     got = await store.saver().aget_tuple(stored)
     assert got.checkpoint["id"] == first["id"] and got.metadata["step"] == 0
     assert [(w[1], w[2]) for w in got.pending_writes] == [("messages", "hi")]
+    # The explicit spelling of the default, with transactions required: compare-and-set.
+    strict = store.saver(transactions="required", write_concern="majority", compare_and_set=True)
+    assert (await strict.aget_tuple(stored)).checkpoint["id"] == first["id"]
     with pytest.raises(ValueError, match="compare-and-set"):
         store.saver(transactions="disabled", compare_and_set=True)
     with pytest.raises(errors.InvalidInputError, match="transactions"):
