@@ -98,8 +98,9 @@ impl NativeSaver {
     #[new]
     #[pyo3(signature = (
         kind, target, *, schema=None, key_prefix=None, database=None, collection_prefix=None,
-        transactions=None, write_concern=None, max_connections=None, setup=true, sanitize_on_load=false, pending_markers=false,
-        skip_unsafe_put=false, idempotent=false, compare_and_set=false
+        transactions=None, write_concern=None, max_connections=None, setup=true,
+        sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
+        compare_and_set=false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
