@@ -108,6 +108,14 @@ impl MongoBackend {
         }
     }
 
+    /// How `config` sets the transaction mode and the write concern, for the report.
+    fn described(&self) -> (&'static str, &'static str) {
+        match self.durability {
+            MongoDurability::Default => ("auto", "majority, journaled"),
+            MongoDurability::Langgraph => ("disabled", "server default"),
+        }
+    }
+
     fn floor_db(&self) -> Database {
         let wc = self.config("x").write_concern;
         self.client.database_with_options(
@@ -160,11 +168,7 @@ impl Backend for MongoBackend {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
             .unwrap_or_else(|| "no saver created".to_owned());
-        // As `config` sets them.
-        let (transactions, write_concern) = match self.durability {
-            MongoDurability::Default => ("auto", "majority, journaled"),
-            MongoDurability::Langgraph => ("disabled", "server default"),
-        };
+        let (transactions, write_concern) = self.described();
         [
             ("durability", self.durability.as_str().to_owned()),
             ("transactions", transactions.to_owned()),
