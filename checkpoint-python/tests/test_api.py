@@ -5,6 +5,10 @@ and typed errors."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
@@ -127,6 +131,44 @@ def test_bad_input_gets_typed_errors(tmp_path) -> None:
     assert isinstance(raised.value, ConnectionError)
     # Nothing was stored by any of the rejected calls.
     assert list(saver.list(None)) == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the saver's guard needs Linux's OFD locks")
+def test_sqlite_keeps_its_log_when_pythons_sqlite3_opens_the_same_file(tmp_path) -> None:
+    """Python's `sqlite3` module is another copy of SQLite, whose locks this process's saver
+    cannot see: closing its connection, it would take itself for the file's last user and
+    delete the saver's write-ahead log (before the saver held its own locks against it: 10 of
+    400 checkpoints left). A child process puts 400 checkpoints, opening and closing a
+    `sqlite3` connection on the file every 10, then dies without closing anything; another
+    process finds every acknowledged checkpoint."""
+    path = str(tmp_path / "shared.db")
+    child = textwrap.dedent(
+        f"""
+        import os, sqlite3, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import checkpoint_rs
+        from test_api import put_chain
+        saver = checkpoint_rs.SqliteSaver({path!r})
+        seen = []
+        for batch in range(40):
+            put_chain(saver, f"t{{batch}}", 10)
+            other = sqlite3.connect({path!r})
+            seen.append(other.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
+            other.close()
+        print(seen[-1], flush=True)
+        os._exit(0)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["400"], "sqlite3 saw every checkpoint while the saver ran"
+    saver = checkpoint_rs.SqliteSaver(path)
+    assert len(list(saver.list(None))) == 400
+    for batch in range(40):
+        latest = saver.get_tuple({"configurable": {"thread_id": f"t{batch}"}})
+        assert latest.checkpoint["channel_values"] == {"count": 9}
 
 
 async def test_mongodb_durability_options(make_store) -> None:

@@ -12,6 +12,7 @@ use sqlx::sqlite::{
 
 use crate::core::Inner;
 use crate::error::{classify, is_busy};
+use crate::guard::FileGuard;
 use crate::wal::{BACKSTOP_PAGES, WalCheckpointer};
 
 /// How durable a committed write is (SQLite's `synchronous` setting in WAL mode).
@@ -199,7 +200,7 @@ impl SqliteSaverBuilder {
                 .idle_timeout(None)
                 .max_lifetime(None)
         };
-        let (writer, reader, location, wal) = match &self.location {
+        let (writer, reader, location, wal, guard) = match &self.location {
             Location::Memory => {
                 // One connection for everything: an in-memory database lives and dies with
                 // its connection, so the pool keeps it open for good.
@@ -210,7 +211,7 @@ impl SqliteSaverBuilder {
                     .connect_with(options)
                     .await
                     .map_err(classify)?;
-                (pool.clone(), pool, "memory".to_owned(), None)
+                (pool.clone(), pool, "memory".to_owned(), None, None)
             }
             Location::File(path) => {
                 let writer = self.connect_writer(path, keep).await?;
@@ -219,7 +220,25 @@ impl SqliteSaverBuilder {
                     .max_connections(self.readers)
                     .connect_lazy_with(self.reader_options(path).read_only(true));
                 let wal = WalCheckpointer::start(self.reader_options(path)).await?;
-                (writer, reader, path.display().to_string(), Some(wal))
+                // A read opens the WAL and its `-shm` file, which the guard locks.
+                sqlx::query("SELECT 1 FROM sqlite_schema LIMIT 1")
+                    .execute(&writer)
+                    .await
+                    .map_err(classify)?;
+                let guard_path = path.clone();
+                let guard = tokio::task::spawn_blocking(move || FileGuard::acquire(&guard_path))
+                    .await
+                    .map_err(|e| Error::Backend {
+                        backend: "sqlite",
+                        source: Box::new(e),
+                    })?;
+                (
+                    writer,
+                    reader,
+                    path.display().to_string(),
+                    Some(wal),
+                    Some(guard),
+                )
             }
         };
         Ok(Inner::new(
@@ -229,13 +248,22 @@ impl SqliteSaverBuilder {
             self.default_ttl,
             self.refresh_on_read,
             wal,
+            guard,
         ))
     }
 }
 
 /// The state of a saver over a pool the caller made: every read and write goes through it.
 pub(crate) fn from_pool(pool: SqlitePool) -> Inner {
-    Inner::new(pool.clone(), pool, "pool".to_owned(), None, false, None)
+    Inner::new(
+        pool.clone(),
+        pool,
+        "pool".to_owned(),
+        None,
+        false,
+        None,
+        None,
+    )
 }
 
 /// A duration in whole milliseconds, at least 1 for a non-zero duration.

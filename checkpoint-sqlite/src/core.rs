@@ -11,6 +11,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use crate::config::duration_ms;
 use crate::error::classify;
+use crate::guard::FileGuard;
 use crate::wal::WalCheckpointer;
 
 /// Shared state of a saver and its clones.
@@ -30,6 +31,9 @@ pub(crate) struct Inner {
     /// The background WAL checkpointer of a file this saver opened (none in memory or on a
     /// caller's pool).
     wal: Option<WalCheckpointer>,
+    /// The locks that keep another copy of SQLite in this process from deleting the WAL of
+    /// a file this saver opened (see the `guard` module).
+    guard: Option<FileGuard>,
 }
 
 impl fmt::Debug for Inner {
@@ -39,6 +43,10 @@ impl fmt::Debug for Inner {
             .field("readers", &self.reader.options().get_max_connections())
             .field("default_ttl_ms", &self.default_ttl_ms)
             .field("refresh_on_read", &self.refresh_on_read)
+            .field(
+                "wal_guarded",
+                &self.guard.as_ref().is_some_and(|g| g.active()),
+            )
             .finish()
     }
 }
@@ -51,6 +59,7 @@ impl Inner {
         default_ttl: Option<Duration>,
         refresh_on_read: bool,
         wal: Option<WalCheckpointer>,
+        guard: Option<FileGuard>,
     ) -> Self {
         Self {
             writer,
@@ -60,7 +69,14 @@ impl Inner {
             default_ttl_ms: default_ttl.map(duration_ms),
             refresh_on_read,
             wal,
+            guard,
         }
+    }
+
+    /// Whether this saver holds the locks that keep another copy of SQLite in the process
+    /// from deleting its WAL (see the `guard` module).
+    pub(crate) fn wal_guarded(&self) -> bool {
+        self.guard.as_ref().is_some_and(FileGuard::active)
     }
 
     /// Records that a write committed (the background checkpointer counts them).

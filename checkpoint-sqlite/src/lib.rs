@@ -6,6 +6,7 @@ mod config;
 mod coord;
 mod core;
 mod error;
+mod guard;
 mod keys;
 pub mod langgraph;
 mod read;

@@ -89,6 +89,15 @@ impl SqliteSaver {
         &self.inner.writer
     }
 
+    /// Whether this saver holds the locks that keep another copy of SQLite in this process
+    /// (Python's `sqlite3` module beside the Python binding, say) from deleting the file's
+    /// write-ahead log when it closes: true for a file this saver opened on Linux, false in
+    /// memory, on a caller's pool, on other platforms, or if the file system refused the
+    /// locks. See the crate's "Guarantees".
+    pub fn wal_guarded(&self) -> bool {
+        self.inner.wal_guarded()
+    }
+
     /// Sweeps expired threads in the background (see
     /// [`spawn_sweeper`](checkpoint_core::backend::spawn_sweeper)): `batch` at a time, every
     /// `every`, until the returned handle is aborted or the runtime stops.

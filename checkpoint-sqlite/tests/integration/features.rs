@@ -590,3 +590,105 @@ async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
     )
     .await;
 }
+
+/// Another copy of SQLite in this process (Python's `sqlite3` module beside the Python
+/// binding, say) deletes the WAL when it closes if it can take SQLite's exclusive lock on the
+/// database file, and truncates the `-shm` file when it opens if nothing holds the
+/// dead-man-switch byte. This process's POSIX locks never stop it; the saver's
+/// open-file-description locks must. The test asks for those locks as SQLite's unix VFS does
+/// (`os_unix.c`), from this process, and closes its descriptors, which drops every POSIX
+/// lock this process holds on the files, as the other copy's closing does.
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "x86",
+        target_arch = "arm",
+        target_arch = "riscv64"
+    )
+))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_sqlite_in_the_process_cannot_take_the_locks_that_delete_the_log() {
+    use nix::errno::Errno;
+    use nix::fcntl::{FcntlArg, fcntl};
+    use nix::libc;
+
+    fn write_lock(l_start: libc::off_t, l_len: libc::off_t) -> libc::flock {
+        libc::flock {
+            l_type: libc::F_WRLCK as libc::c_short,
+            l_whence: libc::SEEK_SET as libc::c_short,
+            l_start,
+            l_len,
+            l_pid: 0,
+        }
+    }
+    // SQLite's shared-lock range (its exclusive lock covers it) and the `-shm` file's
+    // dead-man-switch byte.
+    let exclusive = write_lock(0x4000_0002, 510);
+    let dms = write_lock(128, 1);
+    let open_rw = |path: &std::path::Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap()
+    };
+    let exclusive_refused = |path: &std::path::Path| {
+        let file = open_rw(path);
+        let outcome = fcntl(&file, FcntlArg::F_SETLK(&exclusive));
+        // Dropping `file` closes it: this process's POSIX locks on the file are gone now,
+        // the saver's connections' included.
+        match outcome {
+            Err(Errno::EAGAIN | Errno::EACCES) => true,
+            Ok(_) => false,
+            Err(e) => panic!("{e}"),
+        }
+    };
+
+    let db = TempDb::new("guard");
+    let mut shm_path = db.path.clone().into_os_string();
+    shm_path.push("-shm");
+    let shm_path = std::path::PathBuf::from(shm_path);
+
+    let saver = SqliteSaver::open(&db.path).await.unwrap();
+    assert!(saver.wal_guarded());
+    let (c1, cp1) = put_step(&saver, &CheckpointConfig::new("t"), None, 1, None)
+        .await
+        .unwrap();
+    assert!(
+        exclusive_refused(&db.path),
+        "the exclusive lock that deletes the log was granted"
+    );
+    {
+        let shm = open_rw(&shm_path);
+        let mut probe = dms;
+        fcntl(&shm, FcntlArg::F_GETLK(&mut probe)).unwrap();
+        assert_eq!(
+            probe.l_type,
+            libc::F_RDLCK as libc::c_short,
+            "nothing holds the -shm file's dead-man-switch byte"
+        );
+    }
+    // The saver goes on; a second saver of the file shares the locks, which stay while
+    // either is open.
+    let (c2, _) = put_step(&saver, &c1, Some(&cp1), 2, None).await.unwrap();
+    let again = SqliteSaver::open(&db.path).await.unwrap();
+    assert!(again.wal_guarded());
+    let latest = again.get_tuple(&CheckpointConfig::new("t")).await.unwrap();
+    assert_eq!(latest.map(|t| t.config), Some(c2));
+    drop(saver);
+    assert!(exclusive_refused(&db.path));
+    // Once no saver of this process has the file open, the locks are released; a saver
+    // that opens it later takes them again.
+    drop(again);
+    assert!(
+        !exclusive_refused(&db.path),
+        "the locks outlived their savers"
+    );
+    let reopened = SqliteSaver::open(&db.path).await.unwrap();
+    assert!(reopened.wal_guarded() && exclusive_refused(&db.path));
+    assert_eq!(count(&reopened, "checkpoints").await, 2);
+    // In memory and on a caller's pool there is nothing to guard.
+    assert!(!SqliteSaver::open_in_memory().await.unwrap().wal_guarded());
+}
