@@ -1,6 +1,7 @@
 //! Opening a backend, and the optional wrapper stack around it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use checkpoint_core::{Error, InMemorySaver, Result, Saver};
 use checkpoint_mongo::mongodb::options::WriteConcern;
@@ -11,7 +12,7 @@ use checkpoint_sanitize::{
     Idempotent, IdempotentConfig, PendingMarkers, PendingMarkersConfig, SanitizeConfig,
     SanitizeOnLoad, SkipUnsafePut, SkipUnsafePutConfig,
 };
-use checkpoint_sqlite::SqliteSaver;
+use checkpoint_sqlite::{SqliteSaver, SqliteSaverBuilder};
 
 /// Which backend, and where.
 #[derive(Clone, Debug)]
@@ -43,6 +44,10 @@ pub(crate) struct Options {
     pub(crate) max_connections: Option<u32>,
     /// Create tables and indexes when missing (PostgreSQL, MongoDB; SQLite always does).
     pub(crate) setup: bool,
+    /// The TTL of every thread, from its last write (SQLite, PostgreSQL, Redis).
+    pub(crate) default_ttl: Option<Duration>,
+    /// Whether reads restart a thread's TTL too (SQLite, PostgreSQL, Redis).
+    pub(crate) refresh_on_read: Option<bool>,
 }
 
 /// Which wrappers of `checkpoint-sanitize` to put around the backend (outermost first:
@@ -68,6 +73,10 @@ fn reject_options(backend: &str, options: &Options, allowed: &[&str]) -> Result<
         ("transactions", options.transactions.is_some()),
         ("write_concern", options.write_concern.is_some()),
         ("max_connections", options.max_connections.is_some()),
+        (
+            "ttl",
+            options.default_ttl.is_some() || options.refresh_on_read.is_some(),
+        ),
     ];
     match given
         .iter()
@@ -118,16 +127,29 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
             Arc::new(InMemorySaver::new())
         }
         Backend::Sqlite(path) => {
-            reject_options("SqliteSaver", &options, &[])?;
-            if path == ":memory:" {
-                Arc::new(SqliteSaver::open_in_memory().await?)
+            reject_options("SqliteSaver", &options, &["ttl"])?;
+            let builder = if path == ":memory:" {
+                SqliteSaverBuilder::in_memory()
             } else {
-                Arc::new(SqliteSaver::open(path).await?)
-            }
+                SqliteSaver::builder(path)
+            };
+            Arc::new(
+                builder
+                    .default_ttl(options.default_ttl)
+                    .refresh_on_read(options.refresh_on_read.unwrap_or(false))
+                    .open()
+                    .await?,
+            )
         }
         Backend::Postgres(url) => {
-            reject_options("PostgresSaver", &options, &["schema", "max_connections"])?;
-            let mut builder = PostgresSaver::builder(&url)?;
+            reject_options(
+                "PostgresSaver",
+                &options,
+                &["schema", "max_connections", "ttl"],
+            )?;
+            let mut builder = PostgresSaver::builder(&url)?
+                .default_ttl(options.default_ttl)
+                .refresh_on_read(options.refresh_on_read.unwrap_or(false));
             if let Some(schema) = options.schema {
                 builder = builder.schema(schema);
             }
@@ -141,12 +163,18 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
             Arc::new(saver)
         }
         Backend::Redis(_) | Backend::RedisCluster(_) => {
-            reject_options("RedisSaver", &options, &["key_prefix", "max_connections"])?;
+            reject_options(
+                "RedisSaver",
+                &options,
+                &["key_prefix", "max_connections", "ttl"],
+            )?;
             let mut builder = match backend {
                 Backend::RedisCluster(nodes) => RedisSaver::cluster_builder(nodes),
                 Backend::Redis(url) => RedisSaver::builder(url),
                 _ => unreachable!("matched above"),
-            };
+            }
+            .default_ttl(options.default_ttl)
+            .refresh_on_read(options.refresh_on_read.unwrap_or(false));
             if let Some(prefix) = options.key_prefix {
                 builder = builder.key_prefix(prefix);
             }

@@ -4,10 +4,11 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use checkpoint_core::{
-    CheckpointConfig, ListOptions, PruneStrategy, PutOptions, PutWritesOptions, Result, Saver,
-    TypedValue,
+    CheckpointConfig, Error, ListOptions, PruneStrategy, PutOptions, PutWritesOptions, Result,
+    Saver, ThreadTtl, TypedValue,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -99,7 +100,7 @@ impl NativeSaver {
     #[pyo3(signature = (
         kind, target, *, schema=None, key_prefix=None, database=None, collection_prefix=None,
         transactions=None, write_concern=None, max_connections=None, setup=true,
-        sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
+        default_ttl_minutes=None, refresh_on_read=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
         compare_and_set=false
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -115,6 +116,8 @@ impl NativeSaver {
         write_concern: Option<String>,
         max_connections: Option<u32>,
         setup: bool,
+        default_ttl_minutes: Option<f64>,
+        refresh_on_read: Option<bool>,
         sanitize_on_load: bool,
         pending_markers: bool,
         skip_unsafe_put: bool,
@@ -146,6 +149,10 @@ impl NativeSaver {
             write_concern,
             max_connections,
             setup,
+            default_ttl: default_ttl_minutes
+                .map(|m| ttl_duration("default_ttl", m * 60.0))
+                .transpose()?,
+            refresh_on_read,
         };
         let wrappers = Wrappers {
             sanitize_on_load,
@@ -389,6 +396,61 @@ impl NativeSaver {
         )
     }
 
+    /// Sets a thread's TTL: `kind` `"default"` (the saver's), `"pinned"` (never expires) or
+    /// `"expire"` (`seconds` after its last write).
+    #[pyo3(signature = (thread_id, kind, seconds, blocking))]
+    fn set_thread_ttl(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        kind: &str,
+        seconds: Option<f64>,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let ttl = match (kind, seconds) {
+            ("default", None) => ThreadTtl::Default,
+            ("pinned", None) => ThreadTtl::Pinned,
+            ("expire", Some(s)) => ThreadTtl::Expire(ttl_duration("ttl", s)?),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "thread TTL {kind:?}: expected \"default\", \"pinned\" or a duration"
+                )));
+            }
+        };
+        self.run(
+            py,
+            blocking,
+            move |saver| async move { saver.set_thread_ttl(&thread_id, ttl).await },
+            none,
+        )
+    }
+
+    /// Seconds left before a thread's data expires, or `None` (no TTL, no data, expired).
+    fn thread_ttl(&self, py: Python<'_>, thread_id: String, blocking: bool) -> PyResult<Py<PyAny>> {
+        self.run(
+            py,
+            blocking,
+            move |saver| async move { saver.thread_ttl(&thread_id).await },
+            |py, left| {
+                Ok(left
+                    .map(|d| d.as_secs_f64())
+                    .into_pyobject(py)?
+                    .into_any()
+                    .unbind())
+            },
+        )
+    }
+
+    /// Deletes the data of at most `limit` expired threads; how many it deleted.
+    fn sweep_expired(&self, py: Python<'_>, limit: usize, blocking: bool) -> PyResult<Py<PyAny>> {
+        self.run(
+            py,
+            blocking,
+            move |saver| async move { saver.sweep_expired(limit).await },
+            |py, n| Ok(n.into_pyobject(py)?.into_any().unbind()),
+        )
+    }
+
     /// The delta history of `channels` at a checkpoint:
     /// `{channel: (seed (type, bytes) or None, [(task_id, channel, (type, bytes)), ...])}`.
     #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, channels, blocking))]
@@ -408,5 +470,15 @@ impl NativeSaver {
             move |saver| async move { saver.delta_channel_history(&config, &channels).await },
             |py, h| convert::delta_to_py(py, &h),
         )
+    }
+}
+
+/// A TTL given in seconds as a duration: finite, and at least 1 ms.
+fn ttl_duration(what: &str, seconds: f64) -> PyResult<Duration> {
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if d >= Duration::from_millis(1) => Ok(d),
+        _ => Err(to_py(Error::InvalidInput {
+            reason: format!("{what} must be a finite duration of at least 1 ms, got {seconds}s"),
+        })),
     }
 }

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from datetime import timedelta
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
@@ -131,6 +133,72 @@ def test_bad_input_gets_typed_errors(tmp_path) -> None:
     assert isinstance(raised.value, ConnectionError)
     # Nothing was stored by any of the rejected calls.
     assert list(saver.list(None)) == []
+
+
+TTL_BACKENDS = ["sqlite", "postgres", "redis"]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_thread_ttls(kind, make_store) -> None:
+    """LangGraph's Redis-saver `ttl` option, per-thread TTLs and pins, refresh on read and
+    sweeping, on every backend that has TTLs; typed refusals on the others."""
+    store = make_store(kind)
+    if kind not in TTL_BACKENDS:
+        with pytest.raises(errors.InvalidInputError, match="ttl"):
+            store.saver(ttl={"default_ttl": 1})
+        saver = store.saver()
+        assert saver.capabilities["ttl"] is False
+        with pytest.raises(errors.UnsupportedError):
+            saver.set_thread_ttl("t", "pinned")
+        return
+
+    def visible(saver, thread_id: str) -> bool:
+        return saver.get_tuple({"configurable": {"thread_id": thread_id}}) is not None
+
+    ttl = 2.0  # seconds
+    saver = store.saver(ttl={"default_ttl": ttl / 60})
+    refreshing = store.saver(ttl={"default_ttl": ttl / 60, "refresh_on_read": True})
+    assert saver.capabilities["ttl"]
+    for thread_id in ("short", "kept", "long"):
+        put_chain(saver, thread_id, 2)
+    put_chain(refreshing, "read", 2)
+    saver.set_thread_ttl("kept", "pinned")
+    saver.set_thread_ttl("long", timedelta(hours=1))
+    assert saver.thread_ttl("kept") is None
+    assert timedelta(minutes=59) < saver.thread_ttl("long") <= timedelta(hours=1)
+    assert timedelta(0) < saver.thread_ttl("short") <= timedelta(seconds=ttl)
+
+    time.sleep(ttl * 0.6)
+    assert visible(refreshing, "read")  # restarts its TTL
+    time.sleep(ttl * 0.6)
+    assert not visible(saver, "short") and saver.thread_ttl("short") is None
+    assert list(saver.list({"configurable": {"thread_id": "short"}})) == []
+    assert visible(saver, "kept") and visible(saver, "long")
+    assert visible(saver, "read"), "the read restarted the TTL"
+    # Redis deletes expired keys itself; the SQL backends delete the rows now.
+    assert saver.sweep_expired(100) == (0 if kind == "redis" else 1)
+    assert saver.sweep_expired(100) == 0
+
+    async def back_to_default() -> timedelta | None:
+        await saver.aset_thread_ttl("long", "default")
+        assert await saver.asweep_expired(10) == 0
+        return await saver.athread_ttl("long")
+
+    assert timedelta(0) < asyncio.run(back_to_default()) <= timedelta(seconds=ttl)
+    # A thread written after it expired starts afresh.
+    put_chain(saver, "short", 1)
+    assert len(list(saver.list({"configurable": {"thread_id": "short"}}))) == 1
+
+    with pytest.raises(TypeError, match="timedelta"):
+        saver.set_thread_ttl("short", 5)
+    with pytest.raises(errors.InvalidInputError, match="1 ms"):
+        saver.set_thread_ttl("short", timedelta(0))
+    with pytest.raises(errors.InvalidInputError, match="unknown keys"):
+        store.saver(ttl={"minutes": 5})
+    with pytest.raises(errors.InvalidInputError, match="minutes"):
+        store.saver(ttl={"default_ttl": "5"})
+    with pytest.raises(errors.InvalidInputError, match="1 ms"):
+        store.saver(ttl={"default_ttl": 0})
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the saver's guard needs Linux's OFD locks")

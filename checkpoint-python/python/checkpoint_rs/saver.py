@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -28,6 +29,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from checkpoint_rs import errors
 from checkpoint_rs._native import NativeSaver
 
 # Tuples fetched per round of a `list`: one page of the backend is decoded at a time.
@@ -53,6 +55,33 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableC
     }
 
 
+def _ttl_options(ttl: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The native options of a ``ttl`` mapping (LangGraph's Redis saver's shape)."""
+    if ttl is None:
+        return {}
+    unknown = set(ttl) - {"default_ttl", "refresh_on_read"}
+    if unknown:
+        raise errors.InvalidInputError(
+            f"ttl: unknown keys {sorted(unknown)} (expected default_ttl, refresh_on_read)"
+        )
+    minutes = ttl.get("default_ttl")
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float))):
+        raise errors.InvalidInputError(f"ttl: default_ttl is minutes, a number; got {minutes!r}")
+    return {
+        "default_ttl_minutes": None if minutes is None else float(minutes),
+        "refresh_on_read": bool(ttl.get("refresh_on_read", False)),
+    }
+
+
+def _thread_ttl(ttl: timedelta | str) -> tuple[str, float | None]:
+    """The native form of a thread TTL: a duration, ``"default"`` or ``"pinned"``."""
+    if isinstance(ttl, timedelta):
+        return "expire", ttl.total_seconds()
+    if ttl in ("default", "pinned"):
+        return ttl, None
+    raise TypeError(f'a thread TTL is a datetime.timedelta, "default" or "pinned"; got {ttl!r}')
+
+
 def _metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> str:
     return json.dumps(
         get_serializable_checkpoint_metadata(config, metadata),
@@ -75,6 +104,11 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       wrappers of checkpoint-sanitize (repair orphan tool calls when a thread is loaded,
       mark tool calls in flight, refuse puts that would store an invalid message history,
       run side effects once), in their canonical order.
+    * ``ttl`` (SQLite, PostgreSQL, Redis), as LangGraph's Redis saver takes it:
+      ``{"default_ttl": minutes, "refresh_on_read": bool}``. A thread expires that long
+      after its last write (or read, with ``refresh_on_read``) and is invisible at once;
+      :meth:`set_thread_ttl` gives one thread its own TTL or pins it, and
+      :meth:`sweep_expired` reclaims expired threads' space (Redis expires keys itself).
     """
 
     _kind: str = ""
@@ -89,6 +123,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         pending_markers: bool = False,
         skip_unsafe_put: bool = False,
         idempotent: bool = False,
+        ttl: Mapping[str, Any] | None = None,
         **backend_options: Any,
     ) -> None:
         super().__init__(serde=serde)
@@ -100,6 +135,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
             pending_markers=pending_markers,
             skip_unsafe_put=skip_unsafe_put,
             idempotent=idempotent,
+            **_ttl_options(ttl),
             **backend_options,
         )
 
@@ -258,6 +294,25 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._native.prune([str(t) for t in thread_ids], strategy, True)
 
+    def set_thread_ttl(
+        self, thread_id: str, ttl: timedelta | Literal["default", "pinned"]
+    ) -> None:
+        """Gives a thread its own TTL (counted from its last write), ``"pinned"`` (it never
+        expires) or ``"default"`` (the saver's ``ttl`` again). Raises
+        :class:`checkpoint_rs.errors.UnsupportedError` where the backend has no TTLs."""
+        self._native.set_thread_ttl(str(thread_id), *_thread_ttl(ttl), True)
+
+    def thread_ttl(self, thread_id: str) -> timedelta | None:
+        """Time left before the thread's data expires; ``None`` when it has no TTL, no data,
+        or has expired."""
+        left = self._native.thread_ttl(str(thread_id), True)
+        return None if left is None else timedelta(seconds=left)
+
+    def sweep_expired(self, limit: int = 1000) -> int:
+        """Deletes the data of at most ``limit`` expired threads (already invisible) and
+        returns how many it deleted; call it until it returns less than ``limit``."""
+        return self._native.sweep_expired(limit, True)
+
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
@@ -318,6 +373,21 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._native.prune([str(t) for t in thread_ids], strategy, False)
+
+    async def aset_thread_ttl(
+        self, thread_id: str, ttl: timedelta | Literal["default", "pinned"]
+    ) -> None:
+        """Async version of :meth:`set_thread_ttl`."""
+        await self._native.set_thread_ttl(str(thread_id), *_thread_ttl(ttl), False)
+
+    async def athread_ttl(self, thread_id: str) -> timedelta | None:
+        """Async version of :meth:`thread_ttl`."""
+        left = await self._native.thread_ttl(str(thread_id), False)
+        return None if left is None else timedelta(seconds=left)
+
+    async def asweep_expired(self, limit: int = 1000) -> int:
+        """Async version of :meth:`sweep_expired`."""
+        return await self._native.sweep_expired(limit, False)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
