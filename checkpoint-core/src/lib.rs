@@ -25,7 +25,7 @@ pub use error::{BoxError, Error, Result};
 pub use id::{checkpoint_id_unix_millis, new_checkpoint_id};
 pub use integrity::{IntegrityScan, StorageIssue};
 pub use lease::{Claim, Lease};
-pub use memory::InMemorySaver;
+pub use memory::{InMemorySaver, InMemorySaverBuilder};
 pub use metadata::{CheckpointMetadata, Source, json_equal};
 pub use options::{
     Capabilities, ListOptions, PruneStrategy, PutMode, PutOptions, PutWritesOptions, ThreadTtl,

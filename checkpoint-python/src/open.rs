@@ -44,9 +44,9 @@ pub(crate) struct Options {
     pub(crate) max_connections: Option<u32>,
     /// Create tables and indexes when missing (PostgreSQL, MongoDB; SQLite always does).
     pub(crate) setup: bool,
-    /// The TTL of every thread, from its last write (SQLite, PostgreSQL, Redis).
+    /// The TTL of every thread, from its last write (memory, SQLite, PostgreSQL, Redis).
     pub(crate) default_ttl: Option<Duration>,
-    /// Whether reads restart a thread's TTL too (SQLite, PostgreSQL, Redis).
+    /// Whether reads restart a thread's TTL too (memory, SQLite, PostgreSQL, Redis).
     pub(crate) refresh_on_read: Option<bool>,
 }
 
@@ -123,8 +123,13 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
     let mut admin = Admin::None;
     let saver: Arc<dyn Saver> = match backend {
         Backend::Memory => {
-            reject_options("InMemorySaver", &options, &[])?;
-            Arc::new(InMemorySaver::new())
+            reject_options("InMemorySaver", &options, &["ttl"])?;
+            Arc::new(
+                InMemorySaver::builder()
+                    .default_ttl(options.default_ttl)
+                    .refresh_on_read(options.refresh_on_read.unwrap_or(false))
+                    .build()?,
+            )
         }
         Backend::Sqlite(path) => {
             reject_options("SqliteSaver", &options, &["ttl"])?;

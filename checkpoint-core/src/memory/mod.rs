@@ -18,7 +18,7 @@ use crate::writes::{replaces_existing, write_index};
 use crate::{
     Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, DeltaChannelHistory, Error, Lease, ListOptions, PruneStrategy, PutMode,
-    PutOptions, PutWritesOptions, Result, Saver, TypedValue,
+    PutOptions, PutWritesOptions, Result, Saver, ThreadTtl, TypedValue,
 };
 use list::{Cursor, next_page};
 use store::{LeaseState, LedgerEntry, LedgerState, Store, Stored, StoredWrite, ThreadData};
@@ -32,6 +32,10 @@ const PAGE: usize = 64;
 /// Clones share the same store. It is thread-safe: every operation takes a lock for its
 /// duration and never awaits while holding it, so operations are atomic and linearizable.
 /// `list` pages through ordered indexes (no whole-history snapshot).
+///
+/// Thread TTLs ([`InMemorySaver::builder`], [`Saver::set_thread_ttl`]) are kept by deleting
+/// an expired thread's data before the next operation that finds its time passed, so
+/// [`Saver::sweep_expired`] usually has nothing left to delete.
 ///
 /// ```
 /// use checkpoint_core::{Checkpoint, CheckpointConfig, CheckpointMetadata, InMemorySaver, Saver, PutOptions};
@@ -53,18 +57,63 @@ pub struct InMemorySaver {
     store: Arc<RwLock<Store>>,
 }
 
+/// Settings of an [`InMemorySaver`]: thread retention.
+#[derive(Clone, Debug, Default)]
+pub struct InMemorySaverBuilder {
+    default_ttl: Option<Duration>,
+    refresh_on_read: bool,
+}
+
+impl InMemorySaverBuilder {
+    /// A TTL for every thread, counted from its last write (`None`, the default: data never
+    /// expires); threads can have their own with [`Saver::set_thread_ttl`]. At least 1 ms.
+    pub fn default_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// Whether `get_tuple` also restarts the TTL of the thread it read (default `false`:
+    /// only writes do).
+    pub fn refresh_on_read(mut self, yes: bool) -> Self {
+        self.refresh_on_read = yes;
+        self
+    }
+
+    /// An empty saver with these settings; a zero default TTL is [`Error::InvalidInput`].
+    pub fn build(self) -> Result<InMemorySaver> {
+        if self
+            .default_ttl
+            .is_some_and(|t| t < Duration::from_millis(1))
+        {
+            return Err(Error::invalid("default_ttl must be at least 1 ms"));
+        }
+        let saver = InMemorySaver::new();
+        {
+            let mut store = saver.write();
+            store.retention.default_ttl = self.default_ttl;
+            store.retention.refresh_on_read = self.refresh_on_read;
+        }
+        Ok(saver)
+    }
+}
+
 impl InMemorySaver {
     /// An empty saver.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A builder for a saver with thread retention settings.
+    pub fn builder() -> InMemorySaverBuilder {
+        InMemorySaverBuilder::default()
+    }
+
     fn read(&self) -> RwLockReadGuard<'_, Store> {
-        self.store.read().unwrap_or_else(PoisonError::into_inner)
+        live_read(&self.store)
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Store> {
-        self.store.write().unwrap_or_else(PoisonError::into_inner)
+        live_write(&self.store)
     }
 
     /// Total length of the stored serialized payloads: value and write bytes, plus each
@@ -98,7 +147,7 @@ impl InMemorySaver {
 #[async_trait]
 impl Saver for InMemorySaver {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::all().with_ttl(false)
+        Capabilities::all()
     }
 
     async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
@@ -118,7 +167,13 @@ impl Saver for InMemorySaver {
                 None => return Ok(None),
             },
         };
-        Ok(data.tuple(thread_id, &config.checkpoint_ns, id))
+        let tuple = data.tuple(thread_id, &config.checkpoint_ns, id);
+        let refresh = tuple.is_some() && store.retention.refresh_on_read;
+        drop(store);
+        if refresh {
+            self.write().touch(thread_id, Instant::now());
+        }
+        Ok(tuple)
     }
 
     async fn delta_channel_history(
@@ -142,10 +197,7 @@ impl Saver for InMemorySaver {
             PAGE,
             Cursor::Start,
             move |mut cursor, want| {
-                let page = {
-                    let store = store.read().unwrap_or_else(PoisonError::into_inner);
-                    next_page(&store, &options, &mut cursor, want)
-                };
+                let page = next_page(&live_read(&store), &options, &mut cursor, want);
                 let last = matches!(cursor, Cursor::Done);
                 async move { Ok((cursor, Page::new(page, last))) }
             },
@@ -155,7 +207,7 @@ impl Saver for InMemorySaver {
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
         let store = Arc::clone(&self.store);
         let mut ids: Vec<String> = {
-            let store = store.read().unwrap_or_else(PoisonError::into_inner);
+            let store = live_read(&store);
             store
                 .threads
                 .iter()
@@ -224,6 +276,7 @@ impl Saver for InMemorySaver {
         store
             .global
             .insert((id.clone(), thread_id.clone(), ns.clone()));
+        store.touch(&thread_id, Instant::now());
         Ok(CheckpointConfig::new(thread_id)
             .with_ns(ns)
             .with_checkpoint_id(id))
@@ -264,16 +317,14 @@ impl Saver for InMemorySaver {
                 slot.entry(key).or_insert(write);
             }
         }
+        store.touch(&config.thread_id, Instant::now());
         Ok(())
     }
 
     async fn delete_thread(&self, thread_id: &str) -> Result<()> {
         let mut store = self.write();
-        if let Some(thread) = store.threads.remove(thread_id) {
-            for (id, ns) in thread.by_id {
-                store.global.remove(&(id, thread_id.to_owned(), ns));
-            }
-        }
+        store.remove_thread(thread_id);
+        store.retention.forget(thread_id);
         Ok(())
     }
 
@@ -317,6 +368,7 @@ impl Saver for InMemorySaver {
         for (id, ns) in added {
             store.global.insert((id, target.to_owned(), ns));
         }
+        store.touch(target, Instant::now());
         Ok(())
     }
 
@@ -521,5 +573,134 @@ impl Saver for InMemorySaver {
             e.state = LedgerState::Abandoned;
         }
         Ok(())
+    }
+
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        if thread_id.is_empty() {
+            return Err(Error::invalid("set_thread_ttl: empty thread id"));
+        }
+        let own = match ttl {
+            ThreadTtl::Default => None,
+            ThreadTtl::Pinned => Some(None),
+            ThreadTtl::Expire(d) if d < Duration::from_millis(1) => {
+                return Err(Error::invalid("set_thread_ttl: a TTL is at least 1 ms"));
+            }
+            ThreadTtl::Expire(d) => Some(Some(d)),
+        };
+        let mut store = self.write();
+        match own {
+            Some(own) => store.retention.settings.insert(thread_id.to_owned(), own),
+            None => store.retention.settings.remove(thread_id),
+        };
+        store.touch(thread_id, Instant::now());
+        Ok(())
+    }
+
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        let store = self.read();
+        if !store.threads.contains_key(thread_id) {
+            return Ok(None);
+        }
+        Ok(store.retention.left(thread_id, Instant::now()))
+    }
+
+    async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        let mut store = self.store.write().unwrap_or_else(PoisonError::into_inner);
+        Ok(store.expire(Instant::now(), limit))
+    }
+}
+
+/// The store under its read lock, with no thread past its TTL: those are deleted first.
+fn live_read(store: &RwLock<Store>) -> RwLockReadGuard<'_, Store> {
+    loop {
+        let guard = store.read().unwrap_or_else(PoisonError::into_inner);
+        if !guard.retention.due(Instant::now()) {
+            return guard;
+        }
+        drop(guard);
+        drop(live_write(store));
+    }
+}
+
+/// The store under its write lock, threads past their TTL deleted.
+fn live_write(store: &RwLock<Store>) -> RwLockWriteGuard<'_, Store> {
+    let mut guard = store.write().unwrap_or_else(PoisonError::into_inner);
+    guard.expire(Instant::now(), usize::MAX);
+    guard
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Puts a one-checkpoint thread.
+    async fn put_thread(saver: &InMemorySaver, thread_id: &str) {
+        let mut checkpoint = Checkpoint::new();
+        let version = checkpoint.set("x", &1).unwrap();
+        saver
+            .put(
+                &CheckpointConfig::new(thread_id),
+                checkpoint,
+                CheckpointMetadata::new(),
+                [("x".to_owned(), version)].into(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn visible(saver: &InMemorySaver, thread_id: &str) -> bool {
+        saver
+            .get_tuple(&CheckpointConfig::new(thread_id))
+            .await
+            .unwrap()
+            .is_some()
+    }
+
+    /// The builder's default TTL expires threads counted from their last write, or from
+    /// their last read with `refresh_on_read`; a pinned thread stays. (The conformance
+    /// suite covers per-thread TTLs on a saver without a default.)
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_default_ttl_and_refresh_on_read() {
+        let ttl = Duration::from_millis(1_000);
+        let plain = InMemorySaver::builder()
+            .default_ttl(Some(ttl))
+            .build()
+            .unwrap();
+        let refreshing = InMemorySaver::builder()
+            .default_ttl(Some(ttl))
+            .refresh_on_read(true)
+            .build()
+            .unwrap();
+        put_thread(&plain, "t").await;
+        put_thread(&plain, "pinned").await;
+        plain
+            .set_thread_ttl("pinned", ThreadTtl::Pinned)
+            .await
+            .unwrap();
+        put_thread(&refreshing, "t").await;
+        let left = plain.thread_ttl("t").await.unwrap();
+        assert!(
+            matches!(left, Some(d) if d > Duration::ZERO && d <= ttl),
+            "{left:?}"
+        );
+        assert_eq!(plain.thread_ttl("pinned").await.unwrap(), None);
+
+        tokio::time::sleep(ttl * 6 / 10).await;
+        assert!(visible(&plain, "t").await && visible(&refreshing, "t").await);
+        tokio::time::sleep(ttl * 6 / 10).await;
+        assert!(!visible(&plain, "t").await, "expired 1.2 s after its write");
+        assert!(
+            visible(&refreshing, "t").await,
+            "read 0.6 s ago: not expired"
+        );
+        assert!(visible(&plain, "pinned").await);
+        assert_eq!(plain.thread_ttl("t").await.unwrap(), None);
+
+        let zero = InMemorySaver::builder()
+            .default_ttl(Some(Duration::ZERO))
+            .build();
+        assert!(matches!(zero, Err(Error::InvalidInput { .. })), "{zero:?}");
+        assert!(InMemorySaver::new().capabilities().ttl);
     }
 }

@@ -2,7 +2,7 @@
 //! the bookkeeping shared by the operations.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend::legacy;
 use crate::delta;
@@ -20,6 +20,60 @@ pub(super) struct Store {
     pub(super) leases: HashMap<String, LeaseState>,
     /// ledger key → claim state.
     pub(super) ledger: HashMap<String, LedgerEntry>,
+    /// Thread TTLs.
+    pub(super) retention: Retention,
+}
+
+/// The saver's TTL settings and each thread's (see `Saver::set_thread_ttl`). Only threads
+/// with data and a TTL have a deadline.
+#[derive(Debug, Default)]
+pub(super) struct Retention {
+    pub(super) default_ttl: Option<Duration>,
+    pub(super) refresh_on_read: bool,
+    /// Threads given their own TTL (`Some`) or pinned (`None`); the others have the default.
+    pub(super) settings: HashMap<String, Option<Duration>>,
+    /// When each thread expires.
+    expires: HashMap<String, Instant>,
+    /// The same, soonest first.
+    deadlines: BTreeSet<(Instant, String)>,
+}
+
+impl Retention {
+    /// The TTL a thread's writes restart.
+    fn ttl_of(&self, thread_id: &str) -> Option<Duration> {
+        match self.settings.get(thread_id) {
+            Some(own) => *own,
+            None => self.default_ttl,
+        }
+    }
+
+    /// Whether some thread's TTL ran out by `now`.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.deadlines.first().is_some_and(|(at, _)| *at <= now)
+    }
+
+    /// Time left for `thread_id` at `now`.
+    pub(super) fn left(&self, thread_id: &str, now: Instant) -> Option<Duration> {
+        self.expires
+            .get(thread_id)
+            .map(|at| at.saturating_duration_since(now))
+    }
+
+    fn set_deadline(&mut self, thread_id: &str, at: Option<Instant>) {
+        if let Some(old) = self.expires.remove(thread_id) {
+            self.deadlines.remove(&(old, thread_id.to_owned()));
+        }
+        if let Some(at) = at {
+            self.expires.insert(thread_id.to_owned(), at);
+            self.deadlines.insert((at, thread_id.to_owned()));
+        }
+    }
+
+    /// Forgets everything about a thread (its data is gone).
+    pub(super) fn forget(&mut self, thread_id: &str) {
+        self.settings.remove(thread_id);
+        self.set_deadline(thread_id, None);
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -214,6 +268,47 @@ impl NsData {
 }
 
 impl Store {
+    /// Restarts the TTL of `thread_id` at `now` (a write, a TTL set, or a read of a saver
+    /// that refreshes on read); a thread without data has none.
+    pub(super) fn touch(&mut self, thread_id: &str, now: Instant) {
+        let at = if self.threads.contains_key(thread_id) {
+            self.retention.ttl_of(thread_id).map(|ttl| now + ttl)
+        } else {
+            None
+        };
+        self.retention.set_deadline(thread_id, at);
+    }
+
+    /// Deletes the data of at most `limit` threads whose TTL ran out by `now`, and forgets
+    /// their TTL settings; how many threads had data.
+    pub(super) fn expire(&mut self, now: Instant, limit: usize) -> usize {
+        let mut deleted = 0;
+        while deleted < limit {
+            let Some((at, thread_id)) = self.retention.deadlines.first().cloned() else {
+                break;
+            };
+            if at > now {
+                break;
+            }
+            self.retention.forget(&thread_id);
+            if self.remove_thread(&thread_id) {
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+
+    /// Removes a thread's checkpoints, values and writes (not its lease); whether it had any.
+    pub(super) fn remove_thread(&mut self, thread_id: &str) -> bool {
+        let Some(thread) = self.threads.remove(thread_id) else {
+            return false;
+        };
+        for (id, ns) in thread.by_id {
+            self.global.remove(&(id, thread_id.to_owned(), ns));
+        }
+        true
+    }
+
     pub(super) fn check_fence(&self, thread_id: &str, fence: Option<u64>) -> Result<()> {
         let Some(token) = fence else { return Ok(()) };
         let current = self.leases.get(thread_id).map_or(0, |l| l.token);

@@ -104,11 +104,12 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       wrappers of checkpoint-sanitize (repair orphan tool calls when a thread is loaded,
       mark tool calls in flight, refuse puts that would store an invalid message history,
       run side effects once), in their canonical order.
-    * ``ttl`` (SQLite, PostgreSQL, Redis), as LangGraph's Redis saver takes it:
+    * ``ttl`` (every backend but MongoDB), as LangGraph's Redis saver takes it:
       ``{"default_ttl": minutes, "refresh_on_read": bool}``. A thread expires that long
       after its last write (or read, with ``refresh_on_read``) and is invisible at once;
       :meth:`set_thread_ttl` gives one thread its own TTL or pins it, and
-      :meth:`sweep_expired` reclaims expired threads' space (Redis expires keys itself).
+      :meth:`sweep_expired` reclaims expired threads' space (Redis and the in-memory saver
+      delete expired threads themselves).
     """
 
     _kind: str = ""
