@@ -146,7 +146,7 @@ def test_thread_ttls(kind, make_store) -> None:
     if kind not in TTL_BACKENDS:
         with pytest.raises(errors.InvalidInputError, match="ttl"):
             store.saver(ttl={"default_ttl": 1})
-        saver = store.saver()
+        saver = store.saver(ttl={})  # an empty ttl asks for nothing
         assert saver.capabilities["ttl"] is False
         with pytest.raises(errors.UnsupportedError):
             saver.set_thread_ttl("t", "pinned")
@@ -155,7 +155,7 @@ def test_thread_ttls(kind, make_store) -> None:
     def visible(saver, thread_id: str) -> bool:
         return saver.get_tuple({"configurable": {"thread_id": thread_id}}) is not None
 
-    ttl = 2.0  # seconds
+    ttl = 3.0  # seconds; reads that must land before a deadline have 1.2 s to spare
     saver = store.saver(ttl={"default_ttl": ttl / 60})
     refreshing = make_store(kind).saver(ttl={"default_ttl": ttl / 60, "refresh_on_read": True})
     assert saver.capabilities["ttl"]
@@ -204,8 +204,13 @@ def test_thread_ttls(kind, make_store) -> None:
         open_with(ttl={"minutes": 5})
     with pytest.raises(errors.InvalidInputError, match="minutes"):
         open_with(ttl={"default_ttl": "5"})
-    with pytest.raises(errors.InvalidInputError, match="1 ms"):
-        open_with(ttl={"default_ttl": 0})
+    for bad in (0, -1, float("nan"), float("inf"), 10**400):
+        with pytest.raises(errors.InvalidInputError, match="positive, finite"):
+            open_with(ttl={"default_ttl": bad})
+    with pytest.raises(errors.InvalidInputError, match="bool"):
+        open_with(ttl={"default_ttl": 1, "refresh_on_read": "false"})
+    saver.set_thread_ttl("short", timedelta(days=36_500))
+    assert timedelta(days=36_499) < saver.thread_ttl("short") <= timedelta(days=36_500)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the saver's guard needs Linux's OFD locks")

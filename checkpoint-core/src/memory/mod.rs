@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::backend::{
-    Page, paged, validate_claim_request, validate_lease_request, validate_put, validate_put_writes,
+    Page, paged, thread_ttl_ms, validate_claim_request, validate_lease_request, validate_put,
+    validate_put_writes,
 };
 use crate::writes::{replaces_existing, write_index};
 use crate::{
@@ -168,7 +169,9 @@ impl Saver for InMemorySaver {
             },
         };
         let tuple = data.tuple(thread_id, &config.checkpoint_ns, id);
-        let refresh = tuple.is_some() && store.retention.refresh_on_read;
+        let refresh = tuple.is_some()
+            && store.retention.refresh_on_read
+            && store.retention.left(thread_id, Instant::now()).is_some();
         drop(store);
         if refresh {
             self.write().touch(thread_id, Instant::now());
@@ -401,6 +404,7 @@ impl Saver for InMemorySaver {
                 store.unindex(thread_id, &ns, &ids);
             }
             store.drop_empty(thread_id);
+            store.forget_if_empty(thread_id);
         }
         Ok(())
     }
@@ -433,6 +437,7 @@ impl Saver for InMemorySaver {
         }
         for (thread_id, _, _) in &removed {
             store.drop_empty(thread_id);
+            store.forget_if_empty(thread_id);
         }
         Ok(())
     }
@@ -576,17 +581,11 @@ impl Saver for InMemorySaver {
     }
 
     async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
-        if thread_id.is_empty() {
-            return Err(Error::invalid("set_thread_ttl: empty thread id"));
-        }
-        let own = match ttl {
-            ThreadTtl::Default => None,
-            ThreadTtl::Pinned => Some(None),
-            ThreadTtl::Expire(d) if d < Duration::from_millis(1) => {
-                return Err(Error::invalid("set_thread_ttl: a TTL is at least 1 ms"));
-            }
-            ThreadTtl::Expire(d) => Some(Some(d)),
-        };
+        // As every backend stores it: `Some(0)` pinned, else whole milliseconds.
+        let own = thread_ttl_ms(thread_id, ttl)?.map(|ms| match ms {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        });
         let mut store = self.write();
         match own {
             Some(own) => store.retention.settings.insert(thread_id.to_owned(), own),
@@ -601,7 +600,11 @@ impl Saver for InMemorySaver {
         if !store.threads.contains_key(thread_id) {
             return Ok(None);
         }
-        Ok(store.retention.left(thread_id, Instant::now()))
+        // No time left is expired, which reads as no TTL.
+        Ok(store
+            .retention
+            .left(thread_id, Instant::now())
+            .filter(|left| !left.is_zero()))
     }
 
     async fn sweep_expired(&self, limit: usize) -> Result<usize> {
@@ -622,7 +625,8 @@ fn live_read(store: &RwLock<Store>) -> RwLockReadGuard<'_, Store> {
     }
 }
 
-/// The store under its write lock, threads past their TTL deleted.
+/// The store under its write lock, threads past their TTL deleted (all of them: the
+/// reference saver favours exactness over `sweep_expired`'s bounded batches).
 fn live_write(store: &RwLock<Store>) -> RwLockWriteGuard<'_, Store> {
     let mut guard = store.write().unwrap_or_else(PoisonError::into_inner);
     guard.expire(Instant::now(), usize::MAX);
@@ -662,7 +666,7 @@ mod tests {
     /// suite covers per-thread TTLs on a saver without a default.)
     #[tokio::test(flavor = "current_thread")]
     async fn the_default_ttl_and_refresh_on_read() {
-        let ttl = Duration::from_millis(1_000);
+        let ttl = Duration::from_millis(2_000);
         let plain = InMemorySaver::builder()
             .default_ttl(Some(ttl))
             .build()

@@ -271,8 +271,11 @@ impl Store {
     /// Restarts the TTL of `thread_id` at `now` (a write, a TTL set, or a read of a saver
     /// that refreshes on read); a thread without data has none.
     pub(super) fn touch(&mut self, thread_id: &str, now: Instant) {
+        // A TTL too long for the clock never runs out.
         let at = if self.threads.contains_key(thread_id) {
-            self.retention.ttl_of(thread_id).map(|ttl| now + ttl)
+            self.retention
+                .ttl_of(thread_id)
+                .and_then(|ttl| now.checked_add(ttl))
         } else {
             None
         };
@@ -296,6 +299,13 @@ impl Store {
             }
         }
         deleted
+    }
+
+    /// Forgets the TTL setting of a thread left without data (as deleting it does).
+    pub(super) fn forget_if_empty(&mut self, thread_id: &str) {
+        if !self.threads.contains_key(thread_id) {
+            self.retention.forget(thread_id);
+        }
     }
 
     /// Removes a thread's checkpoints, values and writes (not its lease); whether it had any.

@@ -11,6 +11,7 @@ event loop.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -64,13 +65,35 @@ def _ttl_options(ttl: Mapping[str, Any] | None) -> dict[str, Any]:
         raise errors.InvalidInputError(
             f"ttl: unknown keys {sorted(unknown)} (expected default_ttl, refresh_on_read)"
         )
+    options: dict[str, Any] = {}
     minutes = ttl.get("default_ttl")
-    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float))):
-        raise errors.InvalidInputError(f"ttl: default_ttl is minutes, a number; got {minutes!r}")
-    return {
-        "default_ttl_minutes": None if minutes is None else float(minutes),
-        "refresh_on_read": bool(ttl.get("refresh_on_read", False)),
-    }
+    if minutes is not None:
+        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)):
+            raise errors.InvalidInputError(f"ttl: default_ttl is minutes, a number; got {minutes!r}")
+        try:
+            minutes = float(minutes)
+        except OverflowError:
+            minutes = math.inf
+        if not (math.isfinite(minutes) and minutes > 0):
+            raise errors.InvalidInputError(
+                f"ttl: default_ttl must be a positive, finite number of minutes; got {minutes!r}"
+            )
+        options["default_ttl_minutes"] = minutes
+    if "refresh_on_read" in ttl:
+        refresh = ttl["refresh_on_read"]
+        if not isinstance(refresh, bool):
+            raise errors.InvalidInputError(f"ttl: refresh_on_read is a bool; got {refresh!r}")
+        options["refresh_on_read"] = refresh
+    return options
+
+
+def _left(seconds: float | None) -> timedelta | None:
+    """A native time left as a timedelta (capped at ``timedelta.max``)."""
+    if seconds is None:
+        return None
+    if seconds >= timedelta.max.total_seconds():
+        return timedelta.max
+    return timedelta(seconds=seconds)
 
 
 def _thread_ttl(ttl: timedelta | str) -> tuple[str, float | None]:
@@ -106,7 +129,8 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       run side effects once), in their canonical order.
     * ``ttl`` (every backend but MongoDB), as LangGraph's Redis saver takes it:
       ``{"default_ttl": minutes, "refresh_on_read": bool}``. A thread expires that long
-      after its last write (or read, with ``refresh_on_read``) and is invisible at once;
+      after its last write (or, with ``refresh_on_read``, its last ``get_tuple``) and is
+      invisible at once;
       :meth:`set_thread_ttl` gives one thread its own TTL or pins it, and
       :meth:`sweep_expired` reclaims expired threads' space (Redis and the in-memory saver
       delete expired threads themselves).
@@ -306,8 +330,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     def thread_ttl(self, thread_id: str) -> timedelta | None:
         """Time left before the thread's data expires; ``None`` when it has no TTL, no data,
         or has expired."""
-        left = self._native.thread_ttl(str(thread_id), True)
-        return None if left is None else timedelta(seconds=left)
+        return _left(self._native.thread_ttl(str(thread_id), True))
 
     def sweep_expired(self, limit: int = 1000) -> int:
         """Deletes the data of at most ``limit`` expired threads (already invisible) and
@@ -383,8 +406,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
 
     async def athread_ttl(self, thread_id: str) -> timedelta | None:
         """Async version of :meth:`thread_ttl`."""
-        left = await self._native.thread_ttl(str(thread_id), False)
-        return None if left is None else timedelta(seconds=left)
+        return _left(await self._native.thread_ttl(str(thread_id), False))
 
     async def asweep_expired(self, limit: int = 1000) -> int:
         """Async version of :meth:`sweep_expired`."""
