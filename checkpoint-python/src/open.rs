@@ -48,6 +48,9 @@ pub(crate) struct Options {
     pub(crate) default_ttl: Option<Duration>,
     /// Whether reads restart a thread's TTL too (memory, SQLite, PostgreSQL, Redis).
     pub(crate) refresh_on_read: Option<bool>,
+    /// How often a background task sweeps expired threads (memory, SQLite, PostgreSQL,
+    /// Redis); started by the caller once the saver is open.
+    pub(crate) sweep_interval: Option<Duration>,
 }
 
 /// Which wrappers of `checkpoint-sanitize` to put around the backend (outermost first:
@@ -75,7 +78,9 @@ fn reject_options(backend: &str, options: &Options, allowed: &[&str]) -> Result<
         ("max_connections", options.max_connections.is_some()),
         (
             "ttl",
-            options.default_ttl.is_some() || options.refresh_on_read.is_some(),
+            options.default_ttl.is_some()
+                || options.refresh_on_read.is_some()
+                || options.sweep_interval.is_some(),
         ),
     ];
     match given

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use checkpoint_core::backend::spawn_sweeper;
 use checkpoint_core::{
     CheckpointConfig, Error, ListOptions, PruneStrategy, PutOptions, PutWritesOptions, Result,
     Saver, ThreadTtl, TypedValue,
@@ -14,6 +15,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
 
 use crate::convert;
 use crate::errors::{IntoPyResult, to_py};
@@ -25,6 +27,9 @@ use crate::stream::TupleStream;
 pub(crate) fn runtime() -> &'static Runtime {
     pyo3_async_runtimes::tokio::get_runtime()
 }
+
+/// Threads the background sweeper deletes per call (it calls again while a batch is full).
+const SWEEP_BATCH: usize = 500;
 
 type Convert<R> = fn(Python<'_>, R) -> PyResult<Py<PyAny>>;
 
@@ -73,6 +78,16 @@ pub(crate) struct NativeSaver {
     inner: Arc<dyn Saver>,
     admin: Admin,
     compare_and_set: bool,
+    /// The background sweeper of expired threads, when asked for; stops with the saver.
+    sweeper: Option<JoinHandle<()>>,
+}
+
+impl Drop for NativeSaver {
+    fn drop(&mut self) {
+        if let Some(sweeper) = &self.sweeper {
+            sweeper.abort();
+        }
+    }
 }
 
 impl NativeSaver {
@@ -100,7 +115,8 @@ impl NativeSaver {
     #[pyo3(signature = (
         kind, target, *, schema=None, key_prefix=None, database=None, collection_prefix=None,
         transactions=None, write_concern=None, max_connections=None, setup=true,
-        default_ttl_minutes=None, refresh_on_read=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
+        default_ttl_minutes=None, refresh_on_read=None, sweep_interval_minutes=None,
+        sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
         compare_and_set=false
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -118,6 +134,7 @@ impl NativeSaver {
         setup: bool,
         default_ttl_minutes: Option<f64>,
         refresh_on_read: Option<bool>,
+        sweep_interval_minutes: Option<f64>,
         sanitize_on_load: bool,
         pending_markers: bool,
         skip_unsafe_put: bool,
@@ -153,7 +170,11 @@ impl NativeSaver {
                 .map(|m| ttl_duration("default_ttl", m * 60.0))
                 .transpose()?,
             refresh_on_read,
+            sweep_interval: sweep_interval_minutes
+                .map(|m| ttl_duration("sweep_interval_minutes", m * 60.0))
+                .transpose()?,
         };
+        let sweep_interval = options.sweep_interval;
         let wrappers = Wrappers {
             sanitize_on_load,
             pending_markers,
@@ -169,10 +190,16 @@ impl NativeSaver {
                 "compare_and_set: this backend does not provide compare-and-set puts",
             ));
         }
+        // Backends without thread TTLs refused the option before opening.
+        let sweeper = sweep_interval.map(|every| {
+            let _runtime = runtime().enter();
+            spawn_sweeper(Arc::clone(&inner), every, SWEEP_BATCH)
+        });
         Ok(Self {
             inner,
             admin,
             compare_and_set,
+            sweeper,
         })
     }
 

@@ -144,8 +144,9 @@ def test_thread_ttls(kind, make_store) -> None:
     sweeping, on every backend that has TTLs; typed refusals on the others."""
     store = make_store(kind)
     if kind not in TTL_BACKENDS:
-        with pytest.raises(errors.InvalidInputError, match="ttl"):
-            store.saver(ttl={"default_ttl": 1})
+        for ttl in ({"default_ttl": 1}, {"sweep_interval_minutes": 1}):
+            with pytest.raises(errors.InvalidInputError, match="ttl"):
+                store.saver(ttl=ttl)
         saver = store.saver(ttl={})  # an empty ttl asks for nothing
         assert saver.capabilities["ttl"] is False
         with pytest.raises(errors.UnsupportedError):
@@ -211,6 +212,25 @@ def test_thread_ttls(kind, make_store) -> None:
         open_with(ttl={"default_ttl": 1, "refresh_on_read": "false"})
     saver.set_thread_ttl("short", timedelta(days=36_500))
     assert timedelta(days=36_499) < saver.thread_ttl("short") <= timedelta(days=36_500)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_background_sweeper_deletes_expired_threads(kind, make_store) -> None:
+    """`sweep_interval_minutes` sweeps in the background while the saver lives. On these
+    backends only sweeps and writes delete an expired thread's rows (test_thread_ttls's own
+    sweep finds one); with the sweeper, a sweep made later finds nothing left."""
+    store = make_store(kind)
+    saver = store.saver(ttl={"sweep_interval_minutes": 0.5 / 60})
+    put_chain(saver, "short", 2)
+    put_chain(saver, "kept", 1)
+    saver.set_thread_ttl("short", timedelta(seconds=1))
+    time.sleep(3.0)  # expired after 1 s; the sweeper ran every 0.5 s since
+    assert saver.sweep_expired(100) == 0, "the background sweeper left an expired thread"
+    assert saver.get_tuple({"configurable": {"thread_id": "kept"}}) is not None
+    assert saver.get_tuple({"configurable": {"thread_id": "short"}}) is None
+    for bad in (0, -1, float("nan"), float("inf"), 10**400, True):
+        with pytest.raises(errors.InvalidInputError, match="sweep_interval_minutes"):
+            store.saver(ttl={"sweep_interval_minutes": bad})
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the saver's guard needs Linux's OFD locks")

@@ -57,28 +57,34 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableC
 
 
 def _ttl_options(ttl: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The native options of a ``ttl`` mapping (LangGraph's Redis saver's shape)."""
+    """The native options of a ``ttl`` mapping (the keys of LangGraph's ``TTLConfig``)."""
     if ttl is None:
         return {}
-    unknown = set(ttl) - {"default_ttl", "refresh_on_read"}
+    known = ("default_ttl", "refresh_on_read", "sweep_interval_minutes")
+    unknown = set(ttl) - set(known)
     if unknown:
         raise errors.InvalidInputError(
-            f"ttl: unknown keys {sorted(unknown)} (expected default_ttl, refresh_on_read)"
+            f"ttl: unknown keys {sorted(unknown)} (expected {', '.join(known)})"
         )
     options: dict[str, Any] = {}
-    minutes = ttl.get("default_ttl")
-    if minutes is not None:
+    for key, native in (
+        ("default_ttl", "default_ttl_minutes"),
+        ("sweep_interval_minutes", "sweep_interval_minutes"),
+    ):
+        minutes = ttl.get(key)
+        if minutes is None:
+            continue
         if isinstance(minutes, bool) or not isinstance(minutes, (int, float)):
-            raise errors.InvalidInputError(f"ttl: default_ttl is minutes, a number; got {minutes!r}")
+            raise errors.InvalidInputError(f"ttl: {key} is minutes, a number; got {minutes!r}")
         try:
             minutes = float(minutes)
         except OverflowError:
             minutes = math.inf
         if not (math.isfinite(minutes) and minutes > 0):
             raise errors.InvalidInputError(
-                f"ttl: default_ttl must be a positive, finite number of minutes; got {minutes!r}"
+                f"ttl: {key} must be a positive, finite number of minutes; got {minutes!r}"
             )
-        options["default_ttl_minutes"] = minutes
+        options[native] = minutes
     if "refresh_on_read" in ttl:
         refresh = ttl["refresh_on_read"]
         if not isinstance(refresh, bool):
@@ -127,10 +133,12 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       wrappers of checkpoint-sanitize (repair orphan tool calls when a thread is loaded,
       mark tool calls in flight, refuse puts that would store an invalid message history,
       run side effects once), in their canonical order.
-    * ``ttl`` (every backend but MongoDB), as LangGraph's Redis saver takes it:
-      ``{"default_ttl": minutes, "refresh_on_read": bool}``. A thread expires that long
-      after its last write (or, with ``refresh_on_read``, its last ``get_tuple``) and is
-      invisible at once;
+    * ``ttl`` (every backend but MongoDB), with the keys of LangGraph's ``TTLConfig``:
+      ``{"default_ttl": minutes, "refresh_on_read": bool, "sweep_interval_minutes":
+      minutes}``. A thread expires that long after its last write (or, with
+      ``refresh_on_read``, its last ``get_tuple``) and is invisible at once;
+      ``sweep_interval_minutes`` runs :meth:`sweep_expired` in the background while the
+      saver lives;
       :meth:`set_thread_ttl` gives one thread its own TTL or pins it, and
       :meth:`sweep_expired` reclaims expired threads' space (Redis and the in-memory saver
       delete expired threads themselves).
