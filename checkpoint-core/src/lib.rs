@@ -12,6 +12,7 @@ mod memory;
 mod metadata;
 mod options;
 mod saver;
+mod timeout;
 mod trace;
 mod tuple;
 mod value;
@@ -31,6 +32,7 @@ pub use options::{
     Capabilities, ListOptions, PruneStrategy, PutMode, PutOptions, PutWritesOptions, ThreadTtl,
 };
 pub use saver::{Saver, SaverExt};
+pub use timeout::{TimedOut, Timeout, TimeoutLayer};
 pub use trace::{Tracing, TracingLayer};
 pub use tuple::CheckpointTuple;
 pub use value::{
