@@ -43,10 +43,7 @@ impl fmt::Debug for Inner {
             .field("readers", &self.reader.options().get_max_connections())
             .field("default_ttl_ms", &self.default_ttl_ms)
             .field("refresh_on_read", &self.refresh_on_read)
-            .field(
-                "wal_guarded",
-                &self.guard.as_ref().is_some_and(|g| g.active()),
-            )
+            .field("wal_guarded", &self.wal_guarded())
             .finish()
     }
 }
