@@ -693,10 +693,10 @@ mod tests {
         tokio::time::sleep(ttl * 6 / 10).await;
         assert!(visible(&plain, "t").await && visible(&refreshing, "t").await);
         tokio::time::sleep(ttl * 6 / 10).await;
-        assert!(!visible(&plain, "t").await, "expired 1.2 s after its write");
+        assert!(!visible(&plain, "t").await, "expired 2.4 s after its write");
         assert!(
             visible(&refreshing, "t").await,
-            "read 0.6 s ago: not expired"
+            "read 1.2 s ago: not expired"
         );
         assert!(visible(&plain, "pinned").await);
         assert_eq!(plain.thread_ttl("t").await.unwrap(), None);
