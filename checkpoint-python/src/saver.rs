@@ -437,7 +437,16 @@ impl NativeSaver {
         let ttl = match (kind, seconds) {
             ("default", None) => ThreadTtl::Default,
             ("pinned", None) => ThreadTtl::Pinned,
-            ("expire", Some(s)) => ThreadTtl::Expire(ttl_duration("ttl", s)?),
+            // Zero and sub-millisecond TTLs are the backend's to judge (`thread_ttl_ms`).
+            ("expire", Some(s)) => {
+                ThreadTtl::Expire(Duration::try_from_secs_f64(s).map_err(|_| {
+                    to_py(Error::InvalidInput {
+                        reason: format!(
+                            "a thread TTL is a finite, non-negative duration, got {s}s"
+                        ),
+                    })
+                })?)
+            }
             _ => {
                 return Err(PyValueError::new_err(format!(
                     "thread TTL {kind:?}: expected \"default\", \"pinned\" or a duration"

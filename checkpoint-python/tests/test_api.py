@@ -195,6 +195,13 @@ def test_thread_ttls(kind, make_store) -> None:
         saver.set_thread_ttl("short", 5)
     with pytest.raises(errors.InvalidInputError, match="1 ms"):
         saver.set_thread_ttl("short", timedelta(0))
+    with pytest.raises(errors.InvalidInputError, match="non-negative"):
+        saver.set_thread_ttl("short", timedelta(seconds=-1))
+    # A sub-millisecond TTL is the backend's shortest (1 ms), as in Rust.
+    put_chain(saver, "tiny", 1)
+    saver.set_thread_ttl("tiny", timedelta(microseconds=500))
+    time.sleep(0.1)
+    assert not visible(saver, "tiny")
     # The in-memory store hands out one saver per process: open new ones to see refusals.
     def open_with(**options):
         if kind == "memory":
