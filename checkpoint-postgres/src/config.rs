@@ -18,10 +18,11 @@ const IDLE_PING_AFTER: Duration = Duration::from_secs(10);
 ///
 /// sqlx's default pings every connection on every acquire: one extra round trip in front of
 /// each operation (measured: ≈ 0.1 ms of a 0.8 ms get_tuple). A busy connection does not
-/// need it: sqlx already pings each connection in the background when it is released and
-/// drops it if the server no longer answers, and a connection that breaks mid-call fails
-/// with a transient error ([`Error::is_transient`]) and is not reused. Connections that sat
-/// idle, the ones a server restart or a firewall timeout silently kills, are still checked.
+/// need it: a connection that breaks mid-call fails with a transient error
+/// ([`Error::is_transient`]) and is not reused, and one handed back after an error or a
+/// cancelled call is pinged by sqlx in the background and dropped if the server no longer
+/// answers. Connections that sat idle, the ones a server restart or a firewall timeout
+/// silently kills, are still checked.
 fn default_pool_options() -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(10)
@@ -125,12 +126,12 @@ impl PostgresSaverBuilder {
     pub(crate) fn connect_lazy_inner(self) -> Result<Inner> {
         let options = self.options_with_schema()?;
         let default_ttl_ms = self.default_ttl_ms()?;
-        Ok(Inner {
-            pool: self.pool.connect_lazy_with(options),
-            schema: self.schema,
+        Ok(Inner::new(
+            self.pool.connect_lazy_with(options),
+            self.schema,
             default_ttl_ms,
-            refresh_on_read: self.refresh_on_read,
-        })
+            self.refresh_on_read,
+        ))
     }
 
     /// Connects the pool, opening a first connection: the state of a new saver.
@@ -138,12 +139,12 @@ impl PostgresSaverBuilder {
         let options = self.options_with_schema()?;
         let default_ttl_ms = self.default_ttl_ms()?;
         let pool = self.pool.connect_with(options).await.map_err(classify)?;
-        Ok(Inner {
+        Ok(Inner::new(
             pool,
-            schema: self.schema,
+            self.schema,
             default_ttl_ms,
-            refresh_on_read: self.refresh_on_read,
-        })
+            self.refresh_on_read,
+        ))
     }
 
     fn default_ttl_ms(&self) -> Result<Option<i64>> {

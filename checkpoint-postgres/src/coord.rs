@@ -6,7 +6,7 @@ use std::time::Duration;
 use checkpoint_core::{Claim, Error, Lease, Result, TypedValue, ValueType};
 use sqlx::Row;
 
-use crate::core::Inner;
+use crate::core::{Inner, warm};
 use crate::error::classify;
 use crate::keys::{IDENTIFIERS, micros, storable, token_i64, token_u64};
 use crate::sql;
@@ -18,13 +18,12 @@ pub(crate) async fn acquire_lease(
     ttl: Duration,
 ) -> Result<Option<Lease>> {
     IDENTIFIERS.check_lease(thread_id, holder, ttl)?;
-    let token: Option<i64> = sqlx::query_scalar(sql::ACQUIRE_LEASE)
+    let token: Option<i64> = warm!(inner.warm, |conn| sqlx::query_scalar(sql::ACQUIRE_LEASE)
         .bind(thread_id)
         .bind(holder)
         .bind(micros(ttl))
-        .fetch_optional(&inner.pool)
-        .await
-        .map_err(classify)?;
+        .fetch_optional(conn))
+    .map_err(classify)?;
     Ok(token.map(|token| Lease {
         thread_id: thread_id.to_owned(),
         holder: holder.to_owned(),
@@ -35,14 +34,13 @@ pub(crate) async fn acquire_lease(
 
 pub(crate) async fn renew_lease(inner: &Inner, lease: &Lease, ttl: Duration) -> Result<Lease> {
     IDENTIFIERS.check_lease(&lease.thread_id, &lease.holder, ttl)?;
-    let row = sqlx::query(sql::RENEW_LEASE)
+    let row = warm!(inner.warm, |conn| sqlx::query(sql::RENEW_LEASE)
         .bind(&lease.thread_id)
         .bind(&lease.holder)
         .bind(token_i64(lease.token))
         .bind(micros(ttl))
-        .fetch_one(&inner.pool)
-        .await
-        .map_err(classify)?;
+        .fetch_one(conn))
+    .map_err(classify)?;
     let renewed: bool = row.try_get("renewed").map_err(classify)?;
     if renewed {
         return Ok(Lease {
@@ -62,13 +60,12 @@ pub(crate) async fn release_lease(inner: &Inner, lease: &Lease) -> Result<()> {
     if !storable(&lease.thread_id) || !storable(&lease.holder) {
         return Ok(());
     }
-    sqlx::query(sql::RELEASE_LEASE)
+    warm!(inner.warm, |conn| sqlx::query(sql::RELEASE_LEASE)
         .bind(&lease.thread_id)
         .bind(&lease.holder)
         .bind(token_i64(lease.token))
-        .execute(&inner.pool)
-        .await
-        .map_err(classify)?;
+        .execute(conn))
+    .map_err(classify)?;
     Ok(())
 }
 
@@ -76,22 +73,20 @@ pub(crate) async fn claim(inner: &Inner, key: &str, ttl: Duration) -> Result<Cla
     IDENTIFIERS.check_claim(key, ttl)?;
     // A concurrent claimer may commit between the two statements; a few rounds settle it.
     for _ in 0..8 {
-        let acquired: Option<i64> = sqlx::query_scalar(sql::CLAIM)
+        let acquired: Option<i64> = warm!(inner.warm, |conn| sqlx::query_scalar(sql::CLAIM)
             .bind(key)
             .bind(micros(ttl))
-            .fetch_optional(&inner.pool)
-            .await
-            .map_err(classify)?;
+            .fetch_optional(conn))
+        .map_err(classify)?;
         if let Some(token) = acquired {
             return Ok(Claim::Acquired {
                 token: token_u64(token),
             });
         }
-        let state = sqlx::query(sql::CLAIM_STATE)
+        let state = warm!(inner.warm, |conn| sqlx::query(sql::CLAIM_STATE)
             .bind(key)
-            .fetch_optional(&inner.pool)
-            .await
-            .map_err(classify)?;
+            .fetch_optional(conn))
+        .map_err(classify)?;
         let Some(row) = state else { continue };
         let status: String = row.try_get("state").map_err(classify)?;
         match status.as_str() {
@@ -129,14 +124,13 @@ pub(crate) async fn complete_claim(
     outcome: TypedValue,
 ) -> Result<()> {
     IDENTIFIERS.check("ledger key", key)?;
-    let row = sqlx::query(sql::COMPLETE_CLAIM)
+    let row = warm!(inner.warm, |conn| sqlx::query(sql::COMPLETE_CLAIM)
         .bind(key)
         .bind(token_i64(token))
         .bind(outcome.type_tag.as_str())
         .bind(&outcome.bytes[..])
-        .fetch_one(&inner.pool)
-        .await
-        .map_err(classify)?;
+        .fetch_one(conn))
+    .map_err(classify)?;
     let current: i64 = row.try_get("token").map_err(classify)?;
     let state: String = row.try_get("state").map_err(classify)?;
     if token_u64(current) == token && state == "completed" {
@@ -160,11 +154,10 @@ pub(crate) async fn abandon_claim(inner: &Inner, key: &str, token: u64) -> Resul
     if !storable(key) {
         return Ok(());
     }
-    sqlx::query(sql::ABANDON_CLAIM)
+    warm!(inner.warm, |conn| sqlx::query(sql::ABANDON_CLAIM)
         .bind(key)
         .bind(token_i64(token))
-        .execute(&inner.pool)
-        .await
-        .map_err(classify)?;
+        .execute(conn))
+    .map_err(classify)?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Reads: `get_tuple` (one statement) and `list` (keyset-paginated, one statement a page).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use checkpoint_core::backend::{Page, legacy, paged};
 use checkpoint_core::{
@@ -8,12 +9,11 @@ use checkpoint_core::{
 };
 use futures::stream::{self, StreamExt};
 use serde_json::Value;
-use sqlx::postgres::PgPool;
 use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder};
 
 use crate::codec::{decode_delta, decode_page, decode_write, json_contains_nul};
-use crate::core::Inner;
+use crate::core::{Inner, Warm, warm};
 use crate::error::classify;
 use crate::keys::storable;
 use crate::sql;
@@ -37,31 +37,28 @@ pub(crate) async fn get_tuple(
     }
     let rows = match &config.checkpoint_id {
         Some(id) => {
-            sqlx::query(sql::GET_BY_ID)
+            warm!(inner.warm, |conn| sqlx::query(sql::GET_BY_ID)
                 .bind(&config.thread_id)
                 .bind(&config.checkpoint_ns)
                 .bind(id)
-                .fetch_all(&inner.pool)
-                .await
+                .fetch_all(conn))
         }
         None => {
-            sqlx::query(sql::GET_LATEST)
+            warm!(inner.warm, |conn| sqlx::query(sql::GET_LATEST)
                 .bind(&config.thread_id)
                 .bind(&config.checkpoint_ns)
-                .fetch_all(&inner.pool)
-                .await
+                .fetch_all(conn))
         }
     }
     .map_err(classify)?;
     let mut tuples = decode_page(&rows)?;
-    legacy_sends(&inner.pool, &mut tuples).await?;
+    legacy_sends(&inner.warm, &mut tuples).await?;
     if inner.refresh_on_read && !tuples.is_empty() {
-        sqlx::query(sql::REFRESH_TTL)
+        warm!(inner.warm, |conn| sqlx::query(sql::REFRESH_TTL)
             .bind(&config.thread_id)
             .bind(inner.default_ttl_ms)
-            .execute(&inner.pool)
-            .await
-            .map_err(classify)?;
+            .execute(conn))
+        .map_err(classify)?;
     }
     Ok(tuples.into_iter().next())
 }
@@ -73,16 +70,15 @@ const THREAD_PAGE: usize = 1000;
 
 /// `list_threads`: keyset pages of the primary key's thread ids.
 pub(crate) fn list_threads(inner: &Inner) -> BoxStream<'static, Result<String>> {
-    let pool = inner.pool.clone();
+    let warm = Arc::clone(&inner.warm);
     checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
-        let pool = pool.clone();
+        let warm = Arc::clone(&warm);
         async move {
-            sqlx::query_scalar(sql::LIST_THREADS)
+            warm!(warm, |conn| sqlx::query_scalar(sql::LIST_THREADS)
                 .bind(after.unwrap_or_default())
                 .bind(i64::try_from(want).unwrap_or(i64::MAX))
-                .fetch_all(&pool)
-                .await
-                .map_err(classify)
+                .fetch_all(conn))
+            .map_err(classify)
         }
     })
 }
@@ -112,7 +108,7 @@ pub(crate) fn list(
     };
     let limit = options.limit;
     let state = ListState {
-        pool: inner.pool.clone(),
+        warm: Arc::clone(&inner.warm),
         opts: options,
         mode,
         cursor: None,
@@ -135,7 +131,7 @@ enum ListMode {
 }
 
 struct ListState {
-    pool: PgPool,
+    warm: Arc<Warm>,
     opts: ListOptions,
     mode: ListMode,
     cursor: Option<(String, String, String)>,
@@ -213,9 +209,9 @@ fn page_query(
 
 async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
     let mut qb = page_query(&st.opts, st.mode, st.cursor.as_ref(), want);
-    let rows = qb.build().fetch_all(&st.pool).await.map_err(classify)?;
+    let rows = warm!(st.warm, |conn| qb.build().fetch_all(conn)).map_err(classify)?;
     let mut page = decode_page(&rows).map_err(Error::from)?;
-    legacy_sends(&st.pool, &mut page).await?;
+    legacy_sends(&st.warm, &mut page).await?;
     if let Some(t) = page.last() {
         st.cursor = Some((
             t.checkpoint.id.clone(),
@@ -230,18 +226,17 @@ async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
 /// Checkpoints of a LangGraph format before 4 read with their parent's sends (see
 /// `checkpoint_core::backend::legacy`), as LangGraph's Python saver reads them: one query
 /// per such checkpoint, none otherwise.
-async fn legacy_sends(pool: &PgPool, tuples: &mut [CheckpointTuple]) -> Result<()> {
+async fn legacy_sends(warm: &Arc<Warm>, tuples: &mut [CheckpointTuple]) -> Result<()> {
     for tuple in tuples {
         let Some(parent) = legacy::sends_parent(tuple).cloned() else {
             continue;
         };
-        let rows = sqlx::query(sql::PARENT_SENDS)
+        let rows = warm!(warm, |conn| sqlx::query(sql::PARENT_SENDS)
             .bind(&parent.thread_id)
             .bind(&parent.checkpoint_ns)
             .bind(parent.checkpoint_id.as_deref())
-            .fetch_all(pool)
-            .await
-            .map_err(classify)?;
+            .fetch_all(conn))
+        .map_err(classify)?;
         let writes = rows
             .iter()
             .map(decode_write)
@@ -270,14 +265,13 @@ pub(crate) async fn delta_channel_history(
         return Ok(out);
     }
     let wanted: Vec<&str> = out.keys().map(String::as_str).collect();
-    let rows = sqlx::query(sql::DELTA_HISTORY)
+    let rows = warm!(inner.warm, |conn| sqlx::query(sql::DELTA_HISTORY)
         .bind(&config.thread_id)
         .bind(&config.checkpoint_ns)
         .bind(config.checkpoint_id.as_deref())
         .bind(&wanted)
-        .fetch_all(&inner.pool)
-        .await
-        .map_err(classify)?;
+        .fetch_all(conn))
+    .map_err(classify)?;
     decode_delta(&rows, &mut out)?;
     Ok(out)
 }

@@ -15,7 +15,7 @@ use sqlx::Row;
 use sqlx::types::Json;
 
 use crate::codec::{CheckpointColumn, check_json};
-use crate::core::Inner;
+use crate::core::{Inner, warm};
 use crate::error::classify;
 use crate::keys::{IDENTIFIERS, token_i64, token_u64};
 use crate::sql;
@@ -71,11 +71,10 @@ async fn forget_expired(inner: &Inner, threads: &[&str]) -> Result<()> {
     if threads.is_empty() {
         return Ok(());
     }
-    sqlx::query(sql::FORGET_EXPIRED)
+    warm!(inner.warm, |conn| sqlx::query(sql::FORGET_EXPIRED)
         .bind(threads)
-        .execute(&inner.pool)
-        .await
-        .map_err(classify)?;
+        .execute(conn))
+    .map_err(classify)?;
     Ok(())
 }
 
@@ -113,7 +112,7 @@ pub(crate) async fn put(
     }
     let thread = [config.thread_id.as_str()];
     let row = write_live(inner, &thread, || async {
-        let row = sqlx::query(sql::PUT)
+        let row = warm!(inner.warm, |conn| sqlx::query(sql::PUT)
             .bind(&config.thread_id)
             .bind(&config.checkpoint_ns)
             .bind(&checkpoint.id)
@@ -127,9 +126,8 @@ pub(crate) async fn put(
             .bind(options.mode == PutMode::CompareAndSet)
             .bind(options.fence.map(token_i64))
             .bind(inner.default_ttl_ms)
-            .fetch_one(&inner.pool)
-            .await
-            .map_err(classify)?;
+            .fetch_one(conn))
+        .map_err(classify)?;
         Ok((expired(&row)?, row))
     })
     .await?;
@@ -213,7 +211,7 @@ pub(crate) async fn put_writes(
     };
     let thread = [config.thread_id.as_str()];
     let row = write_live(inner, &thread, || async {
-        let row = sqlx::query(statement)
+        let row = warm!(inner.warm, |conn| sqlx::query(statement)
             .bind(&config.thread_id)
             .bind(&config.checkpoint_ns)
             .bind(checkpoint_id)
@@ -225,9 +223,8 @@ pub(crate) async fn put_writes(
             .bind(&blobs)
             .bind(options.fence.map(token_i64))
             .bind(inner.default_ttl_ms)
-            .fetch_one(&inner.pool)
-            .await
-            .map_err(classify)?;
+            .fetch_one(conn))
+        .map_err(classify)?;
         Ok((expired(&row)?, row))
     })
     .await?;
@@ -341,7 +338,7 @@ pub(crate) async fn import(inner: &Inner, tuples: Vec<CheckpointTuple>) -> Resul
     threads.sort_unstable();
     threads.dedup();
     write_live(inner, &threads, || async {
-        let expired: bool = sqlx::query_scalar(sql::IMPORT)
+        let expired: bool = warm!(inner.warm, |conn| sqlx::query_scalar(sql::IMPORT)
             .bind(&blobs.thread)
             .bind(&blobs.ns)
             .bind(&blobs.channel)
@@ -365,9 +362,8 @@ pub(crate) async fn import(inner: &Inner, tuples: Vec<CheckpointTuple>) -> Resul
             .bind(&w_blobs)
             .bind(&c.w_replace)
             .bind(inner.default_ttl_ms)
-            .fetch_one(&inner.pool)
-            .await
-            .map_err(classify)?;
+            .fetch_one(conn))
+        .map_err(classify)?;
         Ok((expired, ()))
     })
     .await

@@ -12,3 +12,4 @@ mod recovery;
 mod restart;
 mod stack;
 mod ttl;
+mod warm;
