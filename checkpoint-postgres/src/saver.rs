@@ -87,11 +87,12 @@ impl PostgresSaver {
     /// The pool.
     ///
     /// After an operation that succeeded, the saver keeps its connection checked out for
-    /// the next one (up to 250 ms idle) instead of handing it back, which spares sqlx's
-    /// test of every returned connection, a round trip to the server. Such warm
-    /// connections count in [`PgPool::size`] but not in [`PgPool::num_idle`]; the pool's
-    /// other users wait at most that long for them, and [`PgPool::close`] takes them back
-    /// at once.
+    /// the next one instead of handing it back, which spares sqlx's test of every
+    /// returned connection, a round trip to the server. Such warm connections count in
+    /// [`PgPool::size`] but not in [`PgPool::num_idle`]. One goes back to the pool after
+    /// 250 ms idle or 1 s out of it, and at once when one of the saver's operations waits
+    /// for the pool or the pool closes, so [`PgPool::close`] does not wait for them and the
+    /// pool's other users get their turn.
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
     }
