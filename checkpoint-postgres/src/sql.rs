@@ -206,27 +206,43 @@ chain AS (
                   AND b.version = chain.cp -> 'channel_versions' ->> o LIMIT 1),
                (chain.cp -> 'channel_values') ? o)),
            chain.depth + 1
-    FROM chain JOIN checkpoints c
-      ON c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = chain.parent
+    -- A primary-key probe per step (LIMIT 1 keeps the planner from folding the subquery
+    -- into a scan of the thread's checkpoints at each step).
+    FROM chain CROSS JOIN LATERAL (
+        SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint FROM checkpoints c
+        WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = chain.parent
+        LIMIT 1
+    ) AS c
     -- Ids only decrease along parent links: the walk ends even on damaged rows.
     WHERE cardinality(chain.open) > 0 AND c.checkpoint_id < chain.id
 )
 SELECT 'w' AS kind, chain.depth, w.channel, w.task_path, w.task_id, w.idx,
        coalesce(w.type, 'msgpack') AS type, w.blob, NULL::jsonb AS inline
 FROM chain CROSS JOIN LATERAL unnest(chain.open) AS o
-JOIN checkpoint_writes w
-  ON w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = chain.id AND w.channel = o
+-- Each walked checkpoint's writes by their key's prefix (OFFSET 0 keeps the probe per
+-- checkpoint rather than a join of all the thread's writes with the walk).
+CROSS JOIN LATERAL (
+    SELECT w.channel, w.task_path, w.task_id, w.idx, w.type, w.blob FROM checkpoint_writes w
+    WHERE w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = chain.id AND w.channel = o
+    OFFSET 0
+) AS w
 UNION ALL
-SELECT 's', chain.depth, o, NULL, NULL, NULL, bl.type, bl.blob,
-       CASE WHEN bl.type IS NULL THEN chain.cp -> 'channel_values' -> o END
-FROM chain CROSS JOIN LATERAL unnest(chain.open) AS o
+-- A channel's seed can only be at the deepest checkpoint whose walk still had it open: one
+-- that stores it closes its walk. One probe per channel.
+SELECT 's', last.depth, last.o, NULL, NULL, NULL, bl.type, bl.blob,
+       CASE WHEN bl.type IS NULL THEN last.cp -> 'channel_values' -> last.o END
+FROM (
+    SELECT DISTINCT ON (o) chain.depth, o, chain.cp
+    FROM chain CROSS JOIN LATERAL unnest(chain.open) AS o
+    ORDER BY o, chain.depth DESC
+) AS last
 LEFT JOIN LATERAL (
     SELECT b.type, b.blob FROM checkpoint_blobs b
-    WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = o
-      AND b.version = chain.cp -> 'channel_versions' ->> o
+    WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = last.o
+      AND b.version = last.cp -> 'channel_versions' ->> last.o
     LIMIT 1
 ) AS bl ON true
-WHERE coalesce(bl.type <> 'empty', (chain.cp -> 'channel_values') ? o)
+WHERE coalesce(bl.type <> 'empty', (last.cp -> 'channel_values') ? last.o)
 ";
 
 /// The pending writes to `__pregel_tasks` of checkpoint `$3` of `($1 thread, $2 namespace)`:
