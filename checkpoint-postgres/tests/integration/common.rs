@@ -14,6 +14,17 @@ pub fn url() -> Option<String> {
     checkpoint_conformance::server_url("postgres")
 }
 
+/// The test server's URL, or `None` when the test should skip; with servers required
+/// (`CI=true`, `CHECKPOINT_TEST_REQUIRE=1`) a missing URL fails the test instead.
+pub fn url_or_skip() -> Option<String> {
+    let url = url();
+    assert!(
+        url.is_some() || !checkpoint_conformance::servers_required(),
+        "CHECKPOINT_TEST_POSTGRES_URL is required"
+    );
+    url
+}
+
 /// A new schema name no other test uses.
 pub fn unique_schema() -> String {
     format!("cpt_{}", new_checkpoint_id().replace('-', "_"))

@@ -55,11 +55,7 @@ async fn all_idle_within(saver: &PostgresSaver, within: Duration) -> bool {
 
 #[tokio::test]
 async fn a_connection_stays_warm_between_operations_then_goes_back() {
-    let Some(url) = common::url() else {
-        assert!(
-            !checkpoint_conformance::servers_required(),
-            "CHECKPOINT_TEST_POSTGRES_URL is required"
-        );
+    let Some(url) = common::url_or_skip() else {
         return;
     };
     let (saver, schema) = saver(&url, 4).await;
@@ -87,11 +83,7 @@ async fn a_connection_stays_warm_between_operations_then_goes_back() {
 
 #[tokio::test]
 async fn warm_connections_do_not_starve_the_pools_other_users() {
-    let Some(url) = common::url() else {
-        assert!(
-            !checkpoint_conformance::servers_required(),
-            "CHECKPOINT_TEST_POSTGRES_URL is required"
-        );
+    let Some(url) = common::url_or_skip() else {
         return;
     };
     let (saver, schema) = saver(&url, 2).await;
@@ -116,11 +108,7 @@ async fn warm_connections_do_not_starve_the_pools_other_users() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_saver_lets_every_waiter_have_a_connection() {
-    let Some(url) = common::url() else {
-        assert!(
-            !checkpoint_conformance::servers_required(),
-            "CHECKPOINT_TEST_POSTGRES_URL is required"
-        );
+    let Some(url) = common::url_or_skip() else {
         return;
     };
     let schema = common::unique_schema();
@@ -172,11 +160,7 @@ async fn a_busy_saver_lets_every_waiter_have_a_connection() {
 
 #[tokio::test]
 async fn closing_the_pool_returns_warm_connections() {
-    let Some(url) = common::url() else {
-        assert!(
-            !checkpoint_conformance::servers_required(),
-            "CHECKPOINT_TEST_POSTGRES_URL is required"
-        );
+    let Some(url) = common::url_or_skip() else {
         return;
     };
     let (saver, schema) = saver(&url, 4).await;
@@ -218,11 +202,7 @@ async fn closing_the_pool_returns_warm_connections() {
 
 #[test]
 fn a_saver_dropped_outside_its_runtime_hands_its_connections_back() {
-    let Some(url) = common::url() else {
-        assert!(
-            !checkpoint_conformance::servers_required(),
-            "CHECKPOINT_TEST_POSTGRES_URL is required"
-        );
+    let Some(url) = common::url_or_skip() else {
         return;
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
