@@ -21,7 +21,7 @@ pub(crate) async fn delete_thread(inner: &Inner, thread_id: &str) -> Result<()> 
     }
     sqlx::query(sql::DELETE_THREAD)
         .bind(thread_id)
-        .execute(&inner.pool)
+        .execute(inner.pool())
         .await
         .map_err(classify)?;
     Ok(())
@@ -41,7 +41,7 @@ pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Re
             .bind(source)
             .bind(target)
             .bind(inner.default_ttl_ms)
-            .fetch_one(&inner.pool)
+            .fetch_one(inner.pool())
             .await
             .map_err(classify)?;
         Ok((expired, ()))
@@ -70,7 +70,7 @@ pub(crate) async fn prune(
             .bind(&threads)
             .bind(i64::try_from(keep).unwrap_or(i64::MAX))
     };
-    query.execute(&inner.pool).await.map_err(classify)?;
+    query.execute(inner.pool()).await.map_err(classify)?;
     Ok(())
 }
 
@@ -85,7 +85,7 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
     }
     sqlx::query(sql::DELETE_FOR_RUNS)
         .bind(&runs)
-        .execute(&inner.pool)
+        .execute(inner.pool())
         .await
         .map_err(classify)?;
     Ok(())
@@ -95,7 +95,7 @@ pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTt
     let ttl_ms = thread_ttl_ms(thread_id, ttl)?.map(stored_ttl_ms);
     IDENTIFIERS.check("thread_id", thread_id)?;
     // An expired thread is forgotten first: a new TTL must not bring its old rows back.
-    let mut tx = inner.pool.begin().await.map_err(classify)?;
+    let mut tx = inner.pool().begin().await.map_err(classify)?;
     sqlx::query(sql::FORGET_EXPIRED)
         .bind([thread_id])
         .execute(&mut *tx)
@@ -117,7 +117,7 @@ pub(crate) async fn thread_ttl(inner: &Inner, thread_id: &str) -> Result<Option<
     }
     let left: Option<i64> = sqlx::query_scalar(sql::THREAD_TTL)
         .bind(thread_id)
-        .fetch_optional(&inner.pool)
+        .fetch_optional(inner.pool())
         .await
         .map_err(classify)?;
     Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
@@ -129,7 +129,7 @@ pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> 
     }
     let n: i64 = sqlx::query_scalar(sql::SWEEP_EXPIRED)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_one(&inner.pool)
+        .fetch_one(inner.pool())
         .await
         .map_err(classify)?;
     Ok(usize::try_from(n).unwrap_or(0))
@@ -154,7 +154,7 @@ pub(crate) async fn scan_threads(
     }
     // JIT compilation costs more than these index-driven reads ever take, and a freshly
     // imported database (no statistics yet: estimates in the millions) would pay it.
-    let mut tx = inner.pool.begin().await.map_err(classify)?;
+    let mut tx = inner.pool().begin().await.map_err(classify)?;
     sqlx::query("SET LOCAL jit = off")
         .execute(&mut *tx)
         .await

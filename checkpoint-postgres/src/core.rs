@@ -12,8 +12,7 @@ use tokio::runtime::Handle;
 
 /// Shared state of a saver and its clones.
 pub(crate) struct Inner {
-    pub(crate) pool: PgPool,
-    /// Connections between operations, checked out of `pool` (see [`Warm`]).
+    /// The pool, and connections kept out of it between operations (see [`Warm`]).
     pub(crate) warm: Arc<Warm>,
     /// The schema the tables live in, when configured (else the connection's search path).
     pub(crate) schema: Option<String>,
@@ -24,6 +23,11 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// The pool.
+    pub(crate) fn pool(&self) -> &PgPool {
+        self.warm.pool()
+    }
+
     /// A saver's state over `pool`.
     pub(crate) fn new(
         pool: PgPool,
@@ -32,8 +36,7 @@ impl Inner {
         refresh_on_read: bool,
     ) -> Self {
         Self {
-            warm: Arc::new(Warm::new(pool.clone())),
-            pool,
+            warm: Arc::new(Warm::new(pool)),
             schema,
             default_ttl_ms,
             refresh_on_read,
@@ -101,6 +104,11 @@ impl Warm {
         }
     }
 
+    /// The pool.
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     fn idle(&self) -> MutexGuard<'_, Idle> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -126,23 +134,24 @@ impl Warm {
     }
 
     fn pop(&self) -> Option<(PoolConnection<Postgres>, Instant)> {
-        let mut idle = self.idle();
         if self.pool.is_closed() {
-            let all = std::mem::take(&mut idle.conns);
-            drop(idle);
-            drop(all);
+            self.hand_back_all();
             return None;
         }
-        let last = idle.conns.pop()?;
+        let last = self.idle().conns.pop()?;
         if last.idle_since.elapsed() <= WARM_FOR {
             return Some((last.conn, last.out_since));
         }
         // The others sat even longer: all of them go back to the pool.
-        let all = std::mem::take(&mut idle.conns);
-        drop(idle);
-        drop(all);
         drop(last);
+        self.hand_back_all();
         None
+    }
+
+    /// Hands every warm connection back to the pool (outside the lock: that spawns tasks).
+    fn hand_back_all(&self) {
+        let all = std::mem::take(&mut self.idle().conns);
+        drop(all);
     }
 
     /// Keeps `conn`, out of the pool since `out_since`, for the next operation, or hands it
@@ -176,7 +185,7 @@ impl Warm {
         drop(idle);
         // The pool may have closed since the check, after the task emptied the list.
         if self.pool.is_closed() {
-            self.pop();
+            self.hand_back_all();
         }
     }
 }
@@ -274,8 +283,7 @@ async fn return_idle(mut task: Returning, closed: sqlx::pool::CloseEvent) {
         };
         if closing {
             if let Some(warm) = task.warm.upgrade() {
-                let all = std::mem::take(&mut warm.idle().conns);
-                drop(all);
+                warm.hand_back_all();
             }
             return;
         }

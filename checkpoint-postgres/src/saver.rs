@@ -31,14 +31,14 @@ pub struct PostgresSaver {
 
 impl fmt::Debug for PostgresSaver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let o = self.inner.pool.connect_options();
+        let o = self.inner.pool().connect_options();
         f.debug_struct("PostgresSaver")
             .field("host", &o.get_host())
             .field("port", &o.get_port())
             .field("database", &o.get_database())
             .field("username", &o.get_username())
             .field("schema", &self.inner.schema)
-            .field("pool_size", &self.inner.pool.size())
+            .field("pool_size", &self.inner.pool().size())
             .finish_non_exhaustive()
     }
 }
@@ -94,7 +94,7 @@ impl PostgresSaver {
     /// for the pool or the pool closes, so [`PgPool::close`] does not wait for them and the
     /// pool's other users get their turn.
     pub fn pool(&self) -> &PgPool {
-        &self.inner.pool
+        self.inner.pool()
     }
 
     /// The schema configured with [`PostgresSaverBuilder::schema`], if any.
