@@ -9,7 +9,7 @@ use checkpoint_core::backend::thread_ttl_ms;
 use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue, ThreadTtl};
 
 use crate::config::stored_ttl_ms;
-use crate::core::Inner;
+use crate::core::{Inner, warm};
 use crate::error::classify;
 use crate::keys::{IDENTIFIERS, storable};
 use crate::sql;
@@ -19,11 +19,10 @@ pub(crate) async fn delete_thread(inner: &Inner, thread_id: &str) -> Result<()> 
     if thread_id.is_empty() || !storable(thread_id) {
         return Ok(());
     }
-    sqlx::query(sql::DELETE_THREAD)
+    warm!(inner.warm, |conn| sqlx::query(sql::DELETE_THREAD)
         .bind(thread_id)
-        .execute(inner.pool())
-        .await
-        .map_err(classify)?;
+        .execute(conn))
+    .map_err(classify)?;
     Ok(())
 }
 
@@ -37,13 +36,12 @@ pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Re
     }
     // An expired target is emptied first, so the copy does not bring its old rows back.
     write_live(inner, &[target], || async {
-        let expired: bool = sqlx::query_scalar(sql::COPY_THREAD)
+        let expired: bool = warm!(inner.warm, |conn| sqlx::query_scalar(sql::COPY_THREAD)
             .bind(source)
             .bind(target)
             .bind(inner.default_ttl_ms)
-            .fetch_one(inner.pool())
-            .await
-            .map_err(classify)?;
+            .fetch_one(conn))
+        .map_err(classify)?;
         Ok((expired, ()))
     })
     .await
@@ -70,7 +68,7 @@ pub(crate) async fn prune(
             .bind(&threads)
             .bind(i64::try_from(keep).unwrap_or(i64::MAX))
     };
-    query.execute(inner.pool()).await.map_err(classify)?;
+    warm!(inner.warm, |conn| query.execute(conn)).map_err(classify)?;
     Ok(())
 }
 
@@ -83,11 +81,10 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
     if runs.is_empty() {
         return Ok(());
     }
-    sqlx::query(sql::DELETE_FOR_RUNS)
+    warm!(inner.warm, |conn| sqlx::query(sql::DELETE_FOR_RUNS)
         .bind(&runs)
-        .execute(inner.pool())
-        .await
-        .map_err(classify)?;
+        .execute(conn))
+    .map_err(classify)?;
     Ok(())
 }
 
@@ -95,7 +92,7 @@ pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTt
     let ttl_ms = thread_ttl_ms(thread_id, ttl)?.map(stored_ttl_ms);
     IDENTIFIERS.check("thread_id", thread_id)?;
     // An expired thread is forgotten first: a new TTL must not bring its old rows back.
-    let mut tx = inner.pool().begin().await.map_err(classify)?;
+    let mut tx = inner.begin().await.map_err(classify)?;
     sqlx::query(sql::FORGET_EXPIRED)
         .bind([thread_id])
         .execute(&mut *tx)
@@ -115,11 +112,10 @@ pub(crate) async fn thread_ttl(inner: &Inner, thread_id: &str) -> Result<Option<
     if thread_id.is_empty() || !storable(thread_id) {
         return Ok(None);
     }
-    let left: Option<i64> = sqlx::query_scalar(sql::THREAD_TTL)
+    let left: Option<i64> = warm!(inner.warm, |conn| sqlx::query_scalar(sql::THREAD_TTL)
         .bind(thread_id)
-        .fetch_optional(inner.pool())
-        .await
-        .map_err(classify)?;
+        .fetch_optional(conn))
+    .map_err(classify)?;
     Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
 }
 
@@ -127,11 +123,10 @@ pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> 
     if limit == 0 {
         return Ok(0);
     }
-    let n: i64 = sqlx::query_scalar(sql::SWEEP_EXPIRED)
+    let n: i64 = warm!(inner.warm, |conn| sqlx::query_scalar(sql::SWEEP_EXPIRED)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_one(inner.pool())
-        .await
-        .map_err(classify)?;
+        .fetch_one(conn))
+    .map_err(classify)?;
     Ok(usize::try_from(n).unwrap_or(0))
 }
 
@@ -154,7 +149,7 @@ pub(crate) async fn scan_threads(
     }
     // JIT compilation costs more than these index-driven reads ever take, and a freshly
     // imported database (no statistics yet: estimates in the millions) would pay it.
-    let mut tx = inner.pool().begin().await.map_err(classify)?;
+    let mut tx = inner.begin().await.map_err(classify)?;
     sqlx::query("SET LOCAL jit = off")
         .execute(&mut *tx)
         .await

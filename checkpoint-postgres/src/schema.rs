@@ -16,7 +16,7 @@ use crate::sql;
 /// Applies every migration not yet recorded, in one transaction serialized by an advisory
 /// lock (see `PostgresSaver::setup`).
 pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
-    let mut tx = inner.pool().begin().await?;
+    let mut tx = inner.begin().await?;
     let lock_name = format!(
         "checkpoint-rs setup {}",
         inner.schema.as_deref().unwrap_or("")

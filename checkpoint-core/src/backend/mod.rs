@@ -18,7 +18,9 @@
 //! * [`langgraph`]: reading checkpoints LangGraph's own savers serialized whole;
 //! * [`ReadSource`] and [`ReadOnly`]: a store that is only read, as a [`Saver`](crate::Saver);
 //! * [`thread_ttl_ms`] and [`spawn_sweeper`]: thread retention
-//!   ([`Capabilities::ttl`](crate::Capabilities::ttl)).
+//!   ([`Capabilities::ttl`](crate::Capabilities::ttl));
+//! * `Warm` (feature `sqlx`): connections kept out of an sqlx pool between a saver's
+//!   operations, sparing the pool's test of every returned connection.
 
 mod checks;
 mod import;
@@ -28,6 +30,8 @@ pub mod legacy;
 mod paging;
 mod read_only;
 mod retention;
+#[cfg(feature = "sqlx")]
+mod warm;
 
 pub use checks::{
     Identifiers, validate_claim_request, validate_lease_request, validate_put, validate_put_writes,
@@ -37,3 +41,5 @@ pub use index::{canonical_json, canonical_json_into, digest128};
 pub use paging::{Page, collected_keys, paged, paged_keys, share_values};
 pub use read_only::{ReadOnly, ReadSource};
 pub use retention::{MAX_TTL_MS, spawn_sweeper, thread_ttl_ms};
+#[cfg(feature = "sqlx")]
+pub use warm::{Conn, Warm, warm};
