@@ -9,7 +9,7 @@ use checkpoint_core::{Error, PruneStrategy, Result, StorageIssue, ThreadTtl};
 use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 
-use crate::core::Inner;
+use crate::core::{Inner, warm};
 use crate::error::classify;
 use crate::keys::{IDENTIFIERS, entry, parse_version_key};
 use crate::sql;
@@ -153,19 +153,17 @@ pub(crate) async fn thread_ttl(inner: &Inner, thread_id: &str) -> Result<Option<
     if !IDENTIFIERS.storable(thread_id) {
         return Ok(None);
     }
-    let exists: bool = sqlx::query_scalar(sql::THREAD_EXISTS)
+    let exists: bool = warm!(inner.reader, |conn| sqlx::query_scalar(sql::THREAD_EXISTS)
         .bind(thread_id)
-        .fetch_one(&inner.reader)
-        .await
-        .map_err(classify)?;
+        .fetch_one(conn))
+    .map_err(classify)?;
     if !exists {
         return Ok(None);
     }
-    let left: Option<i64> = sqlx::query_scalar(&sql::THREAD_TTL)
+    let left: Option<i64> = warm!(inner.reader, |conn| sqlx::query_scalar(&sql::THREAD_TTL)
         .bind(thread_id)
-        .fetch_optional(&inner.reader)
-        .await
-        .map_err(classify)?;
+        .fetch_optional(conn))
+    .map_err(classify)?;
     Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
 }
 
@@ -197,16 +195,19 @@ pub(crate) async fn scan_thread(inner: &Inner, thread_id: &str) -> Result<Vec<St
     if !IDENTIFIERS.storable(thread_id) {
         return Ok(Vec::new());
     }
-    let missing: Vec<(String, String, String, String)> = sqlx::query_as(sql::SCAN_MISSING_VALUES)
+    let missing: Vec<(String, String, String, String)> =
+        warm!(inner.reader, |conn| sqlx::query_as(
+            sql::SCAN_MISSING_VALUES
+        )
         .bind(thread_id)
-        .fetch_all(&inner.reader)
-        .await
+        .fetch_all(conn))
         .map_err(classify)?;
-    let orphans: Vec<(String, String, i64)> = sqlx::query_as(sql::SCAN_WRITES_WITHOUT_CHECKPOINT)
-        .bind(thread_id)
-        .fetch_all(&inner.reader)
-        .await
-        .map_err(classify)?;
+    let orphans: Vec<(String, String, i64)> = warm!(inner.reader, |conn| sqlx::query_as(
+        sql::SCAN_WRITES_WITHOUT_CHECKPOINT
+    )
+    .bind(thread_id)
+    .fetch_all(conn))
+    .map_err(classify)?;
     Ok(StorageIssue::collect(
         missing.into_iter().map(|(ns, id, channel, key)| {
             let version = parse_version_key(&key).map_or(key, |v| v.to_string());

@@ -211,7 +211,7 @@ impl SqliteSaverBuilder {
                     .connect_with(options)
                     .await
                     .map_err(classify)?;
-                (pool.clone(), pool, "memory".to_owned(), None, None)
+                (pool, None, "memory".to_owned(), None, None)
             }
             Location::File(path) => {
                 let writer = self.connect_writer(path, keep).await?;
@@ -234,7 +234,7 @@ impl SqliteSaverBuilder {
                     })?;
                 (
                     writer,
-                    reader,
+                    Some(reader),
                     path.display().to_string(),
                     Some(wal),
                     Some(guard),
@@ -255,15 +255,7 @@ impl SqliteSaverBuilder {
 
 /// The state of a saver over a pool the caller made: every read and write goes through it.
 pub(crate) fn from_pool(pool: SqlitePool) -> Inner {
-    Inner::new(
-        pool.clone(),
-        pool,
-        "pool".to_owned(),
-        None,
-        false,
-        None,
-        None,
-    )
+    Inner::new(pool, None, "pool".to_owned(), None, false, None, None)
 }
 
 /// A duration in whole milliseconds, at least 1 for a non-zero duration.

@@ -8,7 +8,7 @@ use checkpoint_core::{Bytes, Claim, Error, Lease, Result, TypedValue, ValueType}
 use sqlx::Row;
 
 use crate::config::duration_ms;
-use crate::core::Inner;
+use crate::core::{Inner, warm};
 use crate::error::{SqliteResult, classify};
 use crate::keys::IDENTIFIERS;
 use crate::sql;
@@ -30,13 +30,12 @@ pub(crate) async fn acquire_lease(
     IDENTIFIERS.check_lease(thread_id, holder, ttl)?;
     let token: Option<i64> = {
         let _turn = inner.write_turn().await;
-        sqlx::query_scalar(&sql::ACQUIRE_LEASE)
+        warm!(inner.writer, |conn| sqlx::query_scalar(&sql::ACQUIRE_LEASE)
             .bind(thread_id)
             .bind(holder)
             .bind(duration_ms(ttl))
-            .fetch_optional(&inner.writer)
-            .await
-            .map_err(classify)?
+            .fetch_optional(conn))
+        .map_err(classify)?
     };
     Ok(token.map(|token| Lease {
         thread_id: thread_id.to_owned(),
@@ -50,14 +49,13 @@ pub(crate) async fn renew_lease(inner: &Inner, lease: &Lease, ttl: Duration) -> 
     IDENTIFIERS.check_lease(&lease.thread_id, &lease.holder, ttl)?;
     let renewed: Option<i64> = {
         let _turn = inner.write_turn().await;
-        sqlx::query_scalar(&sql::RENEW_LEASE)
+        warm!(inner.writer, |conn| sqlx::query_scalar(&sql::RENEW_LEASE)
             .bind(&lease.thread_id)
             .bind(&lease.holder)
             .bind(token_i64(lease.token))
             .bind(duration_ms(ttl))
-            .fetch_optional(&inner.writer)
-            .await
-            .map_err(classify)?
+            .fetch_optional(conn))
+        .map_err(classify)?
     };
     if renewed.is_some() {
         return Ok(Lease {
@@ -65,7 +63,7 @@ pub(crate) async fn renew_lease(inner: &Inner, lease: &Lease, ttl: Duration) -> 
             ..lease.clone()
         });
     }
-    let current = sql::lease_token(&inner.writer, &lease.thread_id)
+    let current = sql::lease_token(inner.reader.pool(), &lease.thread_id)
         .await
         .map_err(classify)?;
     Err(Error::stale_lease(&lease.thread_id, lease.token, current))
@@ -76,13 +74,12 @@ pub(crate) async fn release_lease(inner: &Inner, lease: &Lease) -> Result<()> {
         return Ok(());
     }
     let _turn = inner.write_turn().await;
-    sqlx::query(&sql::RELEASE_LEASE)
+    warm!(inner.writer, |conn| sqlx::query(&sql::RELEASE_LEASE)
         .bind(&lease.thread_id)
         .bind(&lease.holder)
         .bind(token_i64(lease.token))
-        .execute(&inner.writer)
-        .await
-        .map_err(classify)?;
+        .execute(conn))
+    .map_err(classify)?;
     Ok(())
 }
 
@@ -178,11 +175,10 @@ pub(crate) async fn abandon_claim(inner: &Inner, key: &str, token: u64) -> Resul
         return Ok(());
     }
     let _turn = inner.write_turn().await;
-    sqlx::query(sql::ABANDON_CLAIM)
+    warm!(inner.writer, |conn| sqlx::query(sql::ABANDON_CLAIM)
         .bind(key)
         .bind(token_i64(token))
-        .execute(&inner.writer)
-        .await
-        .map_err(classify)?;
+        .execute(conn))
+    .map_err(classify)?;
     Ok(())
 }

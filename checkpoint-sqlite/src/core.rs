@@ -2,6 +2,7 @@
 //! one, never on `saver.rs`.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use checkpoint_core::Result;
@@ -17,10 +18,12 @@ use crate::wal::WalCheckpointer;
 /// Shared state of a saver and its clones.
 pub(crate) struct Inner {
     /// The one connection that writes (SQLite has one writer at a time: the saver's writes
-    /// queue here instead of failing with `SQLITE_BUSY`).
-    pub(crate) writer: SqlitePool,
-    /// Connections that read, concurrently with the writer (WAL).
-    pub(crate) reader: SqlitePool,
+    /// queue here instead of failing with `SQLITE_BUSY`), kept out of its pool between
+    /// writes (see [`Warm`]).
+    pub(crate) writer: Arc<Warm>,
+    /// Connections that read, concurrently with the writer (WAL); the same as `writer`
+    /// when one pool does both.
+    pub(crate) reader: Arc<Warm>,
     /// Serializes this saver's writes also when the caller's pool has several connections.
     write_gate: Mutex<()>,
     /// Where the database lives, for `Debug`.
@@ -40,7 +43,10 @@ impl fmt::Debug for Inner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteSaver")
             .field("location", &self.location)
-            .field("readers", &self.reader.options().get_max_connections())
+            .field(
+                "readers",
+                &self.reader.pool().options().get_max_connections(),
+            )
             .field("default_ttl_ms", &self.default_ttl_ms)
             .field("refresh_on_read", &self.refresh_on_read)
             .field("wal_guarded", &self.wal_guarded())
@@ -49,15 +55,18 @@ impl fmt::Debug for Inner {
 }
 
 impl Inner {
+    /// The state over `writer` and `reader` pools (`None`: the writer's pool reads too).
     pub(crate) fn new(
         writer: SqlitePool,
-        reader: SqlitePool,
+        reader: Option<SqlitePool>,
         location: String,
         default_ttl: Option<Duration>,
         refresh_on_read: bool,
         wal: Option<WalCheckpointer>,
         guard: Option<FileGuard>,
     ) -> Self {
+        let writer = Arc::new(Warm::new(writer));
+        let reader = reader.map_or_else(|| Arc::clone(&writer), |r| Arc::new(Warm::new(r)));
         Self {
             writer,
             reader,
@@ -95,7 +104,7 @@ impl Inner {
         let turn = self.write_turn().await;
         let tx = self
             .writer
-            .begin_with("BEGIN IMMEDIATE")
+            .through_pool(self.writer.pool().begin_with("BEGIN IMMEDIATE"))
             .await
             .map_err(classify)?;
         Ok(WriteTx {
@@ -105,6 +114,20 @@ impl Inner {
         })
     }
 }
+
+/// A pool and the connections the saver keeps out of it between operations (see
+/// [`checkpoint_core::backend::Warm`]).
+pub(crate) type Warm = checkpoint_core::backend::Warm<Sqlite>;
+
+/// Awaits `$run`, one sqlx call on `$conn: &mut SqliteConnection`, on a connection of
+/// `$warm` (an `Arc<Warm>`), which stays warm if the call succeeds; failing to get a
+/// connection returns the classified error from the enclosing function.
+macro_rules! warm {
+    ($warm:expr, |$conn:ident| $run:expr) => {
+        checkpoint_core::backend::warm!($warm, $crate::error::classify, |$conn| $run)
+    };
+}
+pub(crate) use warm;
 
 /// A write transaction of this saver (see [`Inner::begin_write`]).
 pub(crate) struct WriteTx<'a> {

@@ -8,10 +8,12 @@ use checkpoint_core::backend::{Page, legacy, paged};
 use checkpoint_core::{
     BoxStream, CheckpointConfig, CheckpointTuple, DeltaChannelHistory, ListOptions, Result,
 };
+use sqlx::query::Query;
+use sqlx::sqlite::SqliteArguments;
 use sqlx::{QueryBuilder, Sqlite};
 
 use crate::codec::{decode_delta, decode_tuples, decode_writes_rows};
-use crate::core::Inner;
+use crate::core::{Inner, Warm, warm};
 use crate::error::classify;
 use crate::keys::{IDENTIFIERS, entry};
 use crate::schema::with_now;
@@ -35,31 +37,26 @@ pub(crate) async fn get_tuple(
     {
         return Ok(None);
     }
-    let rows = match &config.checkpoint_id {
-        Some(id) => {
-            sqlx::query(&sql::GET_BY_ID)
-                .bind(thread)
-                .bind(ns)
-                .bind(id)
-                .fetch_all(&inner.reader)
-                .await
-        }
-        None => {
-            sqlx::query(&sql::GET_LATEST)
-                .bind(thread)
-                .bind(ns)
-                .fetch_all(&inner.reader)
-                .await
-        }
-    }
-    .map_err(classify)?;
-    let mut tuples = decode_tuples(&rows)?;
+    let query = match &config.checkpoint_id {
+        Some(id) => sqlx::query(&sql::GET_BY_ID).bind(thread).bind(ns).bind(id),
+        None => sqlx::query(&sql::GET_LATEST).bind(thread).bind(ns),
+    };
+    let mut tuples = fetch_tuples(&inner.reader, query).await?;
     legacy_sends(inner, &mut tuples).await?;
     let tuple = tuples.into_iter().next();
     if tuple.is_some() {
         refresh(inner, thread).await?;
     }
     Ok(tuple)
+}
+
+/// The tuples a tuple query returns.
+async fn fetch_tuples<'q>(
+    reader: &Arc<Warm>,
+    query: Query<'q, Sqlite, SqliteArguments<'q>>,
+) -> Result<Vec<CheckpointTuple>> {
+    let rows = warm!(reader, |conn| query.fetch_all(conn)).map_err(classify)?;
+    Ok(decode_tuples(&rows)?)
 }
 
 /// Checkpoints of a LangGraph format before 4 read with their parent's sends (see
@@ -69,13 +66,12 @@ async fn legacy_sends(inner: &Inner, tuples: &mut [CheckpointTuple]) -> Result<(
         let Some(parent) = legacy::sends_parent(tuple).cloned() else {
             continue;
         };
-        let rows = sqlx::query(sql::PARENT_SENDS)
+        let rows = warm!(inner.reader, |conn| sqlx::query(sql::PARENT_SENDS)
             .bind(&parent.thread_id)
             .bind(&parent.checkpoint_ns)
             .bind(parent.checkpoint_id.as_deref())
-            .fetch_all(&inner.reader)
-            .await
-            .map_err(classify)?;
+            .fetch_all(conn))
+        .map_err(classify)?;
         let writes = decode_writes_rows(&rows)?;
         legacy::apply_parent_sends(tuple, &writes);
     }
@@ -88,12 +84,11 @@ async fn refresh(inner: &Inner, thread: &str) -> Result<()> {
         return Ok(());
     }
     let _turn = inner.write_turn().await;
-    sqlx::query(sql::TOUCH)
+    warm!(inner.writer, |conn| sqlx::query(sql::TOUCH)
         .bind(thread)
         .bind(inner.default_ttl_ms)
-        .execute(&inner.writer)
-        .await
-        .map_err(classify)?;
+        .execute(conn))
+    .map_err(classify)?;
     Ok(())
 }
 
@@ -128,12 +123,13 @@ pub(crate) fn list_threads(inner: Arc<Inner>) -> BoxStream<'static, Result<Strin
     checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
         let inner = Arc::clone(&inner);
         async move {
-            sqlx::query_scalar(sql::LIST_THREADS.as_str())
-                .bind(after.unwrap_or_default())
-                .bind(i64::try_from(want).unwrap_or(i64::MAX))
-                .fetch_all(&inner.reader)
-                .await
-                .map_err(classify)
+            warm!(inner.reader, |conn| sqlx::query_scalar(
+                sql::LIST_THREADS.as_str()
+            )
+            .bind(after.unwrap_or_default())
+            .bind(i64::try_from(want).unwrap_or(i64::MAX))
+            .fetch_all(conn))
+            .map_err(classify)
         }
     })
 }
@@ -187,11 +183,8 @@ async fn rarest(inner: &Inner, entries: &[String]) -> Result<Option<String>> {
         sep.push_bind(e.clone());
     }
     qb.push(") GROUP BY entry ORDER BY n");
-    let counts: Vec<(String, i64)> = qb
-        .build_query_as()
-        .fetch_all(&inner.reader)
-        .await
-        .map_err(classify)?;
+    let counts: Vec<(String, i64)> =
+        warm!(inner.reader, |conn| qb.build_query_as().fetch_all(conn)).map_err(classify)?;
     if counts.len() < entries.len() {
         return Ok(None);
     }
@@ -287,12 +280,7 @@ async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
         .push_bind(i64::try_from(want).unwrap_or(i64::MAX))
         .push(")");
     qb.push(sql::TUPLE_TAIL.as_str());
-    let rows = qb
-        .build()
-        .fetch_all(&st.inner.reader)
-        .await
-        .map_err(classify)?;
-    let mut tuples = decode_tuples(&rows)?;
+    let mut tuples = fetch_tuples(&st.inner.reader, qb.build()).await?;
     legacy_sends(&st.inner, &mut tuples).await?;
     if let Some(t) = tuples.last() {
         st.cursor = Some((
@@ -338,14 +326,13 @@ pub(crate) async fn delta_channel_history(
         return Ok(out);
     }
     let wanted = serde_json::Value::from(out.keys().cloned().collect::<Vec<_>>()).to_string();
-    let rows = sqlx::query(&sql::DELTA_HISTORY)
+    let rows = warm!(inner.reader, |conn| sqlx::query(&sql::DELTA_HISTORY)
         .bind(thread)
         .bind(ns)
         .bind(id)
         .bind(wanted)
-        .fetch_all(&inner.reader)
-        .await
-        .map_err(classify)?;
+        .fetch_all(conn))
+    .map_err(classify)?;
     decode_delta(&rows, &mut out)?;
     Ok(out)
 }

@@ -78,15 +78,25 @@ impl SqliteSaver {
     /// `checkpoint_rs_migrations`). Idempotent; the constructors call it.
     pub async fn setup(&self) -> Result<()> {
         let _turn = self.inner.write_turn().await;
-        let mut conn = self.inner.writer.acquire().await.map_err(classify)?;
+        let writer = &self.inner.writer;
+        let mut conn = writer
+            .through_pool(writer.pool().acquire())
+            .await
+            .map_err(classify)?;
         schema::setup(&mut conn).await?;
         Ok(())
     }
 
     /// The pool this saver writes with (one connection, unless built
     /// [`from_pool`](Self::from_pool)).
+    ///
+    /// After an operation that succeeded, the saver keeps its connection checked out for
+    /// the next one instead of handing it back, which spares sqlx's test of every returned
+    /// connection (a round trip to the connection's worker thread). One goes back to the
+    /// pool after 250 ms idle or 1 s out of it, and at once when one of the saver's
+    /// operations waits for the pool or the pool closes.
     pub fn pool(&self) -> &SqlitePool {
-        &self.inner.writer
+        self.inner.writer.pool()
     }
 
     /// Whether this saver holds the locks that keep another copy of SQLite in this process

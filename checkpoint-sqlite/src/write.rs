@@ -10,7 +10,7 @@ use checkpoint_core::{
 use serde_json::{Value, json};
 
 use crate::codec::{checkpoint_column, metadata_column};
-use crate::core::Inner;
+use crate::core::{Inner, warm};
 use crate::error::{CONFLICT, STALE_FENCE, classify, raised};
 use crate::keys::{IDENTIFIERS, entry, version_key};
 use crate::sql;
@@ -72,7 +72,7 @@ pub(crate) async fn put(
 
     let result = {
         let _turn = inner.write_turn().await;
-        sqlx::query(sql::PUT)
+        warm!(inner.writer, |conn| sqlx::query(sql::PUT)
             .bind(thread)
             .bind(ns)
             .bind(&checkpoint.id)
@@ -85,8 +85,7 @@ pub(crate) async fn put(
             .bind(packed.index_json())
             .bind(packed.bytes)
             .bind(inner.default_ttl_ms)
-            .execute(&inner.writer)
-            .await
+            .execute(conn))
     };
     match result {
         Ok(_) => {
@@ -110,7 +109,13 @@ async fn refused(
 ) -> Error {
     match raised(&e) {
         Some(CONFLICT) => {
-            match sql::head(&inner.reader, &config.thread_id, &config.checkpoint_ns).await {
+            match sql::head(
+                inner.reader.pool(),
+                &config.thread_id,
+                &config.checkpoint_ns,
+            )
+            .await
+            {
                 Ok(found) => Error::Conflict {
                     thread_id: config.thread_id.clone(),
                     checkpoint_ns: config.checkpoint_ns.clone(),
@@ -120,7 +125,7 @@ async fn refused(
                 Err(e) => classify(e),
             }
         }
-        Some(STALE_FENCE) => match sql::lease_token(&inner.reader, &config.thread_id).await {
+        Some(STALE_FENCE) => match sql::lease_token(inner.reader.pool(), &config.thread_id).await {
             Ok(current) => Error::stale_lease(&config.thread_id, fence.unwrap_or(0), current),
             Err(e) => classify(e),
         },
@@ -153,7 +158,7 @@ pub(crate) async fn put_writes(
     }
     let result = {
         let _turn = inner.write_turn().await;
-        sqlx::query(sql::PUT_WRITES)
+        warm!(inner.writer, |conn| sqlx::query(sql::PUT_WRITES)
             .bind(&config.thread_id)
             .bind(&config.checkpoint_ns)
             .bind(checkpoint_id)
@@ -164,8 +169,7 @@ pub(crate) async fn put_writes(
             .bind(packed.index_json())
             .bind(packed.bytes)
             .bind(inner.default_ttl_ms)
-            .execute(&inner.writer)
-            .await
+            .execute(conn))
     };
     match result {
         Ok(_) => {
