@@ -95,7 +95,7 @@ type HistoryEntry = (i64, String, String, String, i64, String, usize);
 
 /// Cuts `bytes` into the pieces an index lists, in order, by their lengths.
 fn split<'b, E>(
-    what: &str,
+    what: impl std::fmt::Display,
     index: &[E],
     len: impl Fn(&E) -> usize,
     bytes: &'b [u8],
@@ -160,11 +160,11 @@ pub(crate) fn decode_tuples(rows: &[SqliteRow]) -> SqliteResult<Vec<CheckpointTu
                 writes_bytes: get(row, WRITES_BYTES)?,
             }),
             None => {
-                let ty: Option<String> = get(row, TYPE)?;
+                let ty: Option<&str> = get(row, TYPE)?;
                 let value = match ty {
                     None => None,
                     Some(ty) => Some(TypedValue::new(
-                        ValueType::from(ty.as_str()),
+                        ValueType::from(ty),
                         Bytes::from(get::<Option<Vec<u8>>>(row, BLOB)?.unwrap_or_default()),
                     )),
                 };
@@ -249,7 +249,7 @@ fn decode_writes(
         return Ok(Vec::new());
     }
     let bytes = Bytes::from(bytes.unwrap_or_default());
-    let pieces = split(&format!("writes of {id:?}"), &entries, |e| e.5, &bytes)?;
+    let pieces = split(format_args!("writes of {id:?}"), &entries, |e| e.5, &bytes)?;
     let mut writes: Vec<PendingWrite> = entries
         .into_iter()
         .zip(pieces)
