@@ -107,13 +107,18 @@ pub(super) struct ThreadData {
 pub(super) struct NsData {
     pub(super) checkpoints: BTreeMap<String, Stored>,
     /// channel → version → value (`None`: the channel was removed at that version).
-    pub(super) blobs: HashMap<String, Versions>,
+    pub(super) blobs: FastMap<String, Versions>,
     /// checkpoint id → (task_id, idx) → write.
-    pub(super) writes: HashMap<String, BTreeMap<(String, i64), StoredWrite>>,
+    pub(super) writes: FastMap<String, BTreeMap<(String, i64), StoredWrite>>,
 }
 
+/// A hash map with foldhash's hasher (randomly seeded per process), several times cheaper
+/// than the standard library's SipHash for the ids and version strings a delta history walk
+/// looks up at every ancestor.
+pub(super) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// A channel's stored values by version (`None`: the channel was removed at that version).
-pub(super) type Versions = HashMap<ChannelVersion, Option<TypedValue>>;
+pub(super) type Versions = FastMap<ChannelVersion, Option<TypedValue>>;
 
 #[derive(Clone, Debug)]
 pub(super) struct Stored {
