@@ -1,7 +1,6 @@
 //! [`Warm`]: connections kept checked out of an sqlx pool between a saver's operations.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -43,8 +42,6 @@ const OUT_AT_MOST: Duration = Duration::from_secs(1);
 pub struct Warm<DB: Database> {
     pool: Pool<DB>,
     idle: Mutex<Idle<DB>>,
-    /// The saver's operations waiting for a connection from the pool.
-    waiting: AtomicUsize,
 }
 
 impl<DB: Database> std::fmt::Debug for Warm<DB> {
@@ -56,10 +53,14 @@ impl<DB: Database> std::fmt::Debug for Warm<DB> {
     }
 }
 
-/// The warm connections and the task that returns them.
+/// The warm connections, the saver's operations waiting for the pool, and the task that
+/// returns idle connections; one lock, so a connection is never kept warm while one of the
+/// saver's operations has started waiting for the pool.
 struct Idle<DB: Database> {
     /// Most recently used last.
     conns: Vec<WarmConn<DB>>,
+    /// The saver's operations waiting for a connection from the pool.
+    waiting: usize,
     /// Whether the task returning idle connections runs.
     returning: bool,
     /// The runtime it runs (or last ran) on.
@@ -74,6 +75,13 @@ struct WarmConn<DB: Database> {
     idle_since: Instant,
 }
 
+impl<DB: Database> WarmConn<DB> {
+    /// Whether it may serve another operation rather than go back to the pool.
+    fn fit(&self) -> bool {
+        self.idle_since.elapsed() <= WARM_FOR && self.out_since.elapsed() < OUT_AT_MOST
+    }
+}
+
 impl<DB: Database> Warm<DB> {
     /// Warm connections of `pool`.
     pub fn new(pool: Pool<DB>) -> Self {
@@ -81,10 +89,10 @@ impl<DB: Database> Warm<DB> {
             pool,
             idle: Mutex::new(Idle {
                 conns: Vec::new(),
+                waiting: 0,
                 returning: false,
                 runtime: None,
             }),
-            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -104,14 +112,16 @@ impl<DB: Database> Warm<DB> {
     ///
     /// The pool's, when it has no connection to give.
     pub async fn acquire(self: &Arc<Self>) -> Result<Conn<DB>, sqlx::Error> {
-        if let Some((conn, out_since)) = self.pop() {
-            return Ok(Conn {
-                conn,
-                out_since,
-                warm: Arc::clone(self),
-            });
-        }
-        let waiting = Waiting::new(&self.waiting);
+        let waiting = match self.take_or_wait() {
+            Ok((conn, out_since)) => {
+                return Ok(Conn {
+                    conn,
+                    out_since,
+                    warm: Arc::clone(self),
+                });
+            }
+            Err(waiting) => waiting,
+        };
         let conn = self.pool.acquire().await?;
         drop(waiting);
         Ok(Conn {
@@ -126,30 +136,41 @@ impl<DB: Database> Warm<DB> {
     /// back first, and one in use goes back when its operation ends, so `take` waits for
     /// the pool's own hand-back, never for a warm connection's idle time.
     pub async fn through_pool<T>(&self, take: impl Future<Output = T>) -> T {
-        let waiting = Waiting::new(&self.waiting);
-        self.hand_back_all();
+        let waiting = self.wait(Vec::new());
         let out = take.await;
         drop(waiting);
         out
     }
 
-    fn pop(&self) -> Option<(PoolConnection<DB>, Instant)> {
-        if self.pool.is_closed() {
-            self.hand_back_all();
-            return None;
+    /// The most recently used warm connection if it is fit to serve; else the caller
+    /// counts as waiting for the pool from this moment on (under the same lock, so no
+    /// connection is kept warm after it), and every warm connection goes back to the pool.
+    fn take_or_wait(&self) -> Result<(PoolConnection<DB>, Instant), Waiting<'_, DB>> {
+        let mut idle = self.idle();
+        let mut back = Vec::new();
+        if let Some(last) = idle.conns.pop() {
+            if last.fit() && !self.pool.is_closed() {
+                return Ok((last.conn, last.out_since));
+            }
+            // The others sat even longer: all of them go back to the pool.
+            back.push(last);
         }
-        let last = self.idle().conns.pop()?;
-        if last.idle_since.elapsed() <= WARM_FOR {
-            return Some((last.conn, last.out_since));
-        }
-        // The others sat even longer: all of them go back to the pool.
-        drop(last);
-        self.hand_back_all();
-        None
+        drop(idle);
+        Err(self.wait(back))
     }
 
-    /// Hands every warm connection back to the pool, e.g. before an operation that takes
-    /// its connection from the pool itself (a transaction) on a pool of one connection.
+    /// Counts the caller as waiting for the pool and hands every warm connection back
+    /// (with `back`), outside the lock: handing a connection back spawns a task.
+    fn wait(&self, mut back: Vec<WarmConn<DB>>) -> Waiting<'_, DB> {
+        let mut idle = self.idle();
+        idle.waiting += 1;
+        back.append(&mut idle.conns);
+        drop(idle);
+        drop(back);
+        Waiting(self)
+    }
+
+    /// Hands every warm connection back to the pool.
     pub fn hand_back_all(&self) {
         // Outside the lock: handing a connection back spawns a task.
         let all = std::mem::take(&mut self.idle().conns);
@@ -159,32 +180,39 @@ impl<DB: Database> Warm<DB> {
     /// Keeps `conn`, out of the pool since `out_since`, for the next operation, or hands it
     /// back to the pool.
     fn push(self: &Arc<Self>, conn: PoolConnection<DB>, out_since: Instant) {
-        // Returning a connection to sqlx's pool spawns a task: only inside a runtime.
-        let Ok(handle) = Handle::try_current() else {
-            return;
-        };
-        if self.pool.is_closed()
-            || self.waiting.load(Ordering::Acquire) > 0
-            || out_since.elapsed() >= OUT_AT_MOST
-        {
+        let mut idle = self.idle();
+        if self.pool.is_closed() || idle.waiting > 0 || out_since.elapsed() >= OUT_AT_MOST {
+            drop(idle);
+            // Back to the pool, which tests it (sqlx spawns a task for that).
+            drop(conn);
             return;
         }
-        let mut idle = self.idle();
         idle.conns.push(WarmConn {
             conn,
             out_since,
             idle_since: Instant::now(),
         });
-        if !idle.returning {
-            idle.returning = true;
-            idle.runtime = Some(handle.clone());
+        // The task that returns idle connections needs a runtime; outside one (never the
+        // case after an sqlx call, which needs it too) the connection waits for the next
+        // operation or for the saver's end.
+        let start = match Handle::try_current() {
+            Ok(handle) if !idle.returning => {
+                idle.returning = true;
+                idle.runtime = Some(handle.clone());
+                Some(handle)
+            }
+            _ => None,
+        };
+        drop(idle);
+        // Spawned outside the lock: a runtime shutting down drops the task at once, and its
+        // drop takes the lock.
+        if let Some(handle) = start {
             let task = Returning {
                 warm: Arc::downgrade(self),
                 ended: false,
             };
             handle.spawn(return_idle(task, self.pool.close_event()));
         }
-        drop(idle);
         // The pool may have closed since the check, after the task emptied the list.
         if self.pool.is_closed() {
             self.hand_back_all();
@@ -196,55 +224,55 @@ impl<DB: Database> Drop for Warm<DB> {
     fn drop(&mut self) {
         // The connections go back to the pool, which spawns a task for each: in the
         // runtime they were used in when the saver is dropped outside one.
-        let idle = std::mem::take(
-            &mut self
-                .idle
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .conns,
-        );
+        let idle = self.idle.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let conns = std::mem::take(&mut idle.conns);
+        let runtime = idle.runtime.clone();
+        if conns.is_empty() {
+            return;
+        }
         match Handle::try_current() {
-            Ok(_) => drop(idle),
-            // A thread being torn down can neither spawn nor enter a runtime: the
-            // connections are closed without going back, and not even that when dropping
-            // their empty handles would spawn a task to maintain `min_connections`.
-            Err(e) if e.is_thread_local_destroyed() => {
-                let spawns = self.pool.options().get_min_connections() > 0;
-                for warm in idle {
-                    if spawns {
-                        std::mem::forget(warm.conn);
-                    } else {
-                        drop(warm.conn.detach());
-                    }
+            Ok(_) => drop(conns),
+            // A thread being torn down can neither spawn nor enter a runtime: another
+            // thread hands the connections back in the runtime they were used in.
+            Err(e) if e.is_thread_local_destroyed() => hand_back_elsewhere(conns, runtime),
+            Err(_) => match runtime {
+                Some(runtime) => {
+                    let _entered = runtime.enter();
+                    drop(conns);
                 }
-            }
-            Err(_) => {
-                let runtime = self
-                    .idle
-                    .get_mut()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .runtime
-                    .clone();
-                let _entered = runtime.as_ref().map(Handle::enter);
-                drop(idle);
-            }
+                None => hand_back_elsewhere(conns, None),
+            },
         }
     }
 }
 
-/// Counts an operation waiting for the pool while it lives.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    fn new(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::AcqRel);
-        Self(count)
+/// Hands `conns` back to their pool from a new thread inside `runtime`. Without a runtime
+/// or a thread, they are forgotten: their pool counts them until it is dropped.
+fn hand_back_elsewhere<DB: Database>(conns: Vec<WarmConn<DB>>, runtime: Option<Handle>) {
+    let Some(runtime) = runtime else {
+        std::mem::forget(conns);
+        return;
+    };
+    // Shared with the thread, so a thread that cannot start leaves them here to forget.
+    let shared = Arc::new(Mutex::new(Some(conns)));
+    let theirs = Arc::clone(&shared);
+    let started = std::thread::Builder::new()
+        .name("checkpoint-warm-return".into())
+        .spawn(move || {
+            let _entered = runtime.enter();
+            drop(theirs.lock().unwrap_or_else(PoisonError::into_inner).take());
+        });
+    if started.is_err() {
+        std::mem::forget(shared.lock().unwrap_or_else(PoisonError::into_inner).take());
     }
 }
 
-impl Drop for Waiting<'_> {
+/// Counts one of the saver's operations waiting for the pool while it lives.
+struct Waiting<'a, DB: Database>(&'a Warm<DB>);
+
+impl<DB: Database> Drop for Waiting<'_, DB> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.idle().waiting -= 1;
     }
 }
 
