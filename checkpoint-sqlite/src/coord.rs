@@ -63,10 +63,14 @@ pub(crate) async fn renew_lease(inner: &Inner, lease: &Lease, ttl: Duration) -> 
             ..lease.clone()
         });
     }
-    let current = sql::lease_token(inner.reader.pool(), &lease.thread_id)
-        .await
-        .map_err(classify)?;
-    Err(Error::stale_lease(&lease.thread_id, lease.token, current))
+    Err(stale_fence(inner, &lease.thread_id, lease.token).await?)
+}
+
+/// The refusal of a write fenced with `token` on `thread_id`, with the current token.
+pub(crate) async fn stale_fence(inner: &Inner, thread_id: &str, token: u64) -> Result<Error> {
+    let current =
+        warm!(inner.reader, |conn| sql::lease_token(conn, thread_id)).map_err(classify)?;
+    Ok(Error::stale_lease(thread_id, token, current))
 }
 
 pub(crate) async fn release_lease(inner: &Inner, lease: &Lease) -> Result<()> {

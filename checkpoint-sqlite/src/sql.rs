@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use sqlx::sqlite::SqlitePool;
+use sqlx::SqliteConnection;
 
 use crate::schema::with_now;
 
@@ -424,7 +424,7 @@ pub(crate) const ABANDON_CLAIM: &str = "UPDATE checkpoint_ledger SET state = 'ab
 
 /// The head (newest checkpoint id) of namespace `?2` of thread `?1`.
 pub(crate) async fn head(
-    pool: &SqlitePool,
+    conn: &mut SqliteConnection,
     thread_id: &str,
     ns: &str,
 ) -> Result<Option<String>, sqlx::Error> {
@@ -433,15 +433,18 @@ pub(crate) async fn head(
     )
     .bind(thread_id)
     .bind(ns)
-    .fetch_one(pool)
+    .fetch_one(conn)
     .await
 }
 
 /// The current lease token of a thread (0: never leased).
-pub(crate) async fn lease_token(pool: &SqlitePool, thread_id: &str) -> Result<u64, sqlx::Error> {
+pub(crate) async fn lease_token(
+    conn: &mut SqliteConnection,
+    thread_id: &str,
+) -> Result<u64, sqlx::Error> {
     let token: Option<i64> = sqlx::query_scalar(LEASE_TOKEN)
         .bind(thread_id)
-        .fetch_optional(pool)
+        .fetch_optional(conn)
         .await?;
     Ok(token.map_or(0, |t| u64::try_from(t).unwrap_or(0)))
 }

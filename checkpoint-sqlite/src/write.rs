@@ -10,6 +10,7 @@ use checkpoint_core::{
 use serde_json::{Value, json};
 
 use crate::codec::{checkpoint_column, metadata_column};
+use crate::coord;
 use crate::core::{Inner, warm};
 use crate::error::{CONFLICT, STALE_FENCE, classify, raised};
 use crate::keys::{IDENTIFIERS, entry, version_key};
@@ -107,30 +108,28 @@ async fn refused(
     fence: Option<u64>,
     e: sqlx::Error,
 ) -> Error {
-    match raised(&e) {
-        Some(CONFLICT) => {
-            match sql::head(
-                inner.reader.pool(),
-                &config.thread_id,
-                &config.checkpoint_ns,
-            )
-            .await
-            {
-                Ok(found) => Error::Conflict {
-                    thread_id: config.thread_id.clone(),
-                    checkpoint_ns: config.checkpoint_ns.clone(),
-                    expected: config.checkpoint_id.clone(),
-                    found,
-                },
-                Err(e) => classify(e),
-            }
-        }
-        Some(STALE_FENCE) => match sql::lease_token(inner.reader.pool(), &config.thread_id).await {
-            Ok(current) => Error::stale_lease(&config.thread_id, fence.unwrap_or(0), current),
-            Err(e) => classify(e),
-        },
-        _ => classify(e),
-    }
+    let refusal = match raised(&e) {
+        Some(CONFLICT) => conflict(inner, config).await,
+        Some(STALE_FENCE) => coord::stale_fence(inner, &config.thread_id, fence.unwrap_or(0)).await,
+        _ => return classify(e),
+    };
+    refusal.unwrap_or_else(|e| e)
+}
+
+/// The conflict a compare-and-set put on `config` lost, with the head it found.
+async fn conflict(inner: &Inner, config: &CheckpointConfig) -> Result<Error> {
+    let found = warm!(inner.reader, |conn| sql::head(
+        conn,
+        &config.thread_id,
+        &config.checkpoint_ns
+    ))
+    .map_err(classify)?;
+    Ok(Error::Conflict {
+        thread_id: config.thread_id.clone(),
+        checkpoint_ns: config.checkpoint_ns.clone(),
+        expected: config.checkpoint_id.clone(),
+        found,
+    })
 }
 
 pub(crate) async fn put_writes(

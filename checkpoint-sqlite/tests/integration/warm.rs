@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use checkpoint_core::{
-    Checkpoint, CheckpointConfig, CheckpointMetadata, PruneStrategy, PutOptions, Saver,
+    Checkpoint, CheckpointConfig, CheckpointMetadata, Error, Lease, PruneStrategy, PutOptions,
+    Saver,
 };
 use checkpoint_sqlite::SqliteSaver;
 
@@ -180,14 +181,54 @@ async fn concurrent_callers_and_the_pools_user_all_get_turns() {
 async fn an_in_memory_saver_shares_one_warm_connection_for_reads_and_writes() {
     let saver = SqliteSaver::open_in_memory().await.unwrap();
     let mut config = CheckpointConfig::new("t");
-    for _ in 0..5 {
+    let lease = saver
+        .acquire_lease("t", "me", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let stale = Lease {
+        token: lease.token + 1,
+        ..lease.clone()
+    };
+    // One connection serves everything, and every call below ends with it warm. Were any
+    // of them to take it from the pool directly (a transaction, the read that reports a
+    // refusal), it would wait for the warm connection's idle time (250 ms) each round.
+    let started = Instant::now();
+    for _ in 0..10 {
+        let parent = config.clone();
         config = put(&saver, &config).await;
         assert!(saver.get_tuple(&config).await.unwrap().is_some());
         saver
             .prune(&["t".to_owned()], PruneStrategy::KeepLatest)
             .await
             .unwrap();
+        // A compare-and-set put on a parent that is no longer the head.
+        let mut c = Checkpoint::new();
+        c.set("a", &2).unwrap();
+        let versions = c.channel_versions.clone();
+        let lost = saver
+            .put(
+                &parent,
+                c,
+                CheckpointMetadata::new(),
+                versions,
+                PutOptions::compare_and_set(),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(lost, Error::Conflict { .. }), "{lost:?}");
+        // A renewal with a token that is not the current one.
+        let refused = saver
+            .renew_lease(&stale, Duration::from_secs(60))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, Error::StaleFence { .. }), "{refused:?}");
     }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "10 rounds took {:?}",
+        started.elapsed()
+    );
     // Idle, the one connection goes back to the pool, which keeps the database alive.
     assert!(writer_idle_within(&saver, Duration::from_secs(3)).await);
     assert!(saver.get_tuple(&config).await.unwrap().is_some());
