@@ -47,25 +47,36 @@ const WRITES: &str = "
  WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
    AND w.checkpoint_id = c.checkpoint_id) AS writes_bytes";
 
-/// What follows a `WITH c AS NOT MATERIALIZED (...)` of one checkpoint: the checkpoint's
-/// row with its writes, then a row per value. The one row of `c` is looked up again by each
-/// half of the `UNION ALL` (two index probes) rather than materialized: a materialized CTE
-/// is a temporary b-tree that SQLite opens, with its own pager and page buffers, at every
-/// execution (5 µs of a `get_tuple`'s 50 µs of SQL).
-pub(crate) static ONE_TUPLE_TAIL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "
+/// What follows the `WITH k AS NOT MATERIALIZED (...)` of one checkpoint (see
+/// [`one_tuple`]): the checkpoint's row with its writes if its thread is live, then a row
+/// per value. The one row of `k` is looked up again by each half of the `UNION ALL` (two
+/// index probes) rather than materialized: a materialized CTE is a temporary b-tree that
+/// SQLite opens, with its own pager and page buffers, at every execution (5 µs of a
+/// `get_tuple`'s 50 µs of SQL). Only the first half checks that the thread is live: the
+/// clock is read again at each step of a statement, so a TTL running out between the two
+/// halves must not leave the checkpoint's row without its values (value rows without
+/// their checkpoint's row are ignored).
+const ONE_TUPLE_TAIL: &str = "
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
        c.metadata, {WRITES}, NULL, NULL, NULL, NULL
-FROM c
+FROM k c WHERE {LIVE}
 UNION ALL
 SELECT b.thread_id, b.checkpoint_ns, NULL, NULL, NULL, NULL, NULL, NULL, b.channel, b.version,
        b.type, b.blob
-FROM c CROSS JOIN json_each(c.checkpoint, '$.cv') j CROSS JOIN checkpoint_blobs b
+FROM k c CROSS JOIN json_each(c.checkpoint, '$.cv') j CROSS JOIN checkpoint_blobs b
   ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
- AND b.channel = j.key AND b.version = j.value"
+ AND b.channel = j.key AND b.version = j.value";
+
+/// The tuple query of the one checkpoint of `checkpoints c` that `filter` (a `WHERE`
+/// clause, `ORDER BY` and `LIMIT` included) selects; see [`ONE_TUPLE_TAIL`].
+fn one_tuple(filter: &str) -> String {
+    format!(
+        "WITH k AS NOT MATERIALIZED (SELECT {CHECKPOINT_COLUMNS} FROM checkpoints c {filter}){}",
+        ONE_TUPLE_TAIL
+            .replace("{WRITES}", WRITES)
+            .replace("{LIVE}", LIVE)
     )
-});
+}
 
 /// What follows a `WITH c AS MATERIALIZED (...)` of a page of checkpoints: a row per
 /// checkpoint with its writes, then a row per distinct value the page names.
@@ -94,22 +105,15 @@ pub(crate) const CHECKPOINT_COLUMNS: &str = "c.thread_id, c.checkpoint_ns, c.che
 
 statement! {
     /// The latest checkpoint of `(?1 thread, ?2 namespace)`, whole.
-    GET_LATEST = &format!(
-        "WITH c AS NOT MATERIALIZED (
-            SELECT {CHECKPOINT_COLUMNS} FROM checkpoints c
-            WHERE c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND {LIVE}
-            ORDER BY c.checkpoint_id DESC LIMIT 1
-        ){}", *ONE_TUPLE_TAIL
+    GET_LATEST = &one_tuple(
+        "WHERE c.thread_id = ?1 AND c.checkpoint_ns = ?2 ORDER BY c.checkpoint_id DESC LIMIT 1"
     )
 }
 
 statement! {
     /// Checkpoint `?3` of `(?1 thread, ?2 namespace)`, whole.
-    GET_BY_ID = &format!(
-        "WITH c AS NOT MATERIALIZED (
-            SELECT {CHECKPOINT_COLUMNS} FROM checkpoints c
-            WHERE c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = ?3 AND {LIVE}
-        ){}", *ONE_TUPLE_TAIL
+    GET_BY_ID = &one_tuple(
+        "WHERE c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = ?3"
     )
 }
 
