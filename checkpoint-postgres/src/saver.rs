@@ -80,6 +80,11 @@ impl PostgresSaver {
     /// No default TTL, no refresh on read: use the builder's
     /// [`pool_options`](PostgresSaverBuilder::pool_options) for those with a pool of your
     /// own settings.
+    ///
+    /// The saver keeps connections warm between its operations (see [`pool`](Self::pool)):
+    /// the pool's other users, other savers on the same pool included, may wait up to
+    /// 250 ms for one when the saver is idle and up to 1 s when it is busy; give each
+    /// saver a pool of its own, or one with connections to spare, when that matters.
     pub fn from_pool(pool: PgPool) -> Self {
         Self::from_inner(Inner::new(pool, None, None, false))
     }

@@ -66,6 +66,10 @@ impl SqliteSaver {
     /// A saver on an existing pool (its connect options decide file, journal mode and
     /// durability; WAL is recommended). All reads and writes use the pool; this saver's
     /// writes are serialized among themselves. Sets up the schema.
+    ///
+    /// The saver keeps connections warm between its operations (see [`pool`](Self::pool)):
+    /// the pool's other users, other savers on the same pool included, may wait up to
+    /// 250 ms for one when the saver is idle and up to 1 s when it is busy.
     pub async fn from_pool(pool: SqlitePool) -> Result<Self> {
         let saver = Self {
             inner: Arc::new(from_pool(pool)),
