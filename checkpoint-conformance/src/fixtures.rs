@@ -113,6 +113,35 @@ pub async fn put_chain(
     Ok(out)
 }
 
+/// Puts one small checkpoint (channel `a` = 1) as the child of the checkpoint `parent`
+/// names (or as the first of `parent`'s namespace when it names none); returns its address.
+pub async fn put_child(saver: &dyn Saver, parent: &CheckpointConfig) -> Result<CheckpointConfig> {
+    let (checkpoint, versions) = step(None, &[("a", Some(val(json!(1))))]);
+    saver
+        .put(
+            parent,
+            checkpoint,
+            CheckpointMetadata::new(),
+            versions,
+            PutOptions::new(),
+        )
+        .await
+}
+
+/// Polls `check` every 20 ms until it holds, for at most `within`; whether it held.
+pub async fn eventually(within: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        if check() {
+            return true;
+        }
+        if started.elapsed() >= within {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Records two writes of task `task` against `config`.
 pub async fn put_two_writes(
     saver: &dyn Saver,

@@ -6,7 +6,8 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use checkpoint_core::{Checkpoint, CheckpointConfig, CheckpointMetadata, Error, PutOptions, Saver};
+use checkpoint_conformance::fixtures::{eventually, put_child};
+use checkpoint_core::{CheckpointConfig, Error, Saver};
 use checkpoint_postgres::PostgresSaver;
 
 /// A set-up saver with at most `connections` connections, and its schema.
@@ -25,32 +26,18 @@ async fn saver(url: &str, connections: u32) -> (PostgresSaver, String) {
 
 /// Puts one checkpoint on `thread`.
 async fn put(saver: &PostgresSaver, thread: &str) -> CheckpointConfig {
-    let mut c = Checkpoint::new();
-    c.set("a", &1).unwrap();
-    let versions = c.channel_versions.clone();
-    saver
-        .put(
-            &CheckpointConfig::new(thread),
-            c,
-            CheckpointMetadata::new(),
-            versions,
-            PutOptions::new(),
-        )
+    put_child(saver, &CheckpointConfig::new(thread))
         .await
         .unwrap()
 }
 
 /// Waits up to `within` for every open connection of the saver's pool to be idle in it.
 async fn all_idle_within(saver: &PostgresSaver, within: Duration) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < within {
-        let pool = saver.pool();
-        if pool.size() > 0 && pool.num_idle() == pool.size() as usize {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    let pool = saver.pool();
+    eventually(within, || {
+        pool.size() > 0 && pool.num_idle() == pool.size() as usize
+    })
+    .await
 }
 
 #[tokio::test]
@@ -223,16 +210,14 @@ fn a_saver_dropped_outside_its_runtime_hands_its_connections_back() {
     // and the connections go back to the pool in the runtime they were used in.
     drop(saver);
     runtime.block_on(async {
-        let started = Instant::now();
-        while pool.num_idle() < pool.size() as usize {
-            assert!(
-                started.elapsed() < Duration::from_secs(3),
-                "a warm connection never went back: size {}, idle {}",
-                pool.size(),
-                pool.num_idle()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        assert!(
+            eventually(Duration::from_secs(3), || pool.num_idle()
+                == pool.size() as usize)
+            .await,
+            "a warm connection never went back: size {}, idle {}",
+            pool.size(),
+            pool.num_idle()
+        );
         pool.close().await;
         common::drop_schemas(&url, &[schema]).await;
     });

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use checkpoint_conformance::fixtures::{eventually, put_child};
 use checkpoint_core::{
     Checkpoint, CheckpointConfig, CheckpointMetadata, Error, Lease, PruneStrategy, PutOptions,
     Saver,
@@ -26,34 +27,18 @@ fn cleanup(path: &std::path::Path) {
     }
 }
 
-/// Puts one checkpoint on `thread`, a child of `parent`'s.
+/// Puts one checkpoint, a child of `parent`'s.
 async fn put(saver: &SqliteSaver, parent: &CheckpointConfig) -> CheckpointConfig {
-    let mut c = Checkpoint::new();
-    c.set("a", &1).unwrap();
-    let versions = c.channel_versions.clone();
-    saver
-        .put(
-            parent,
-            c,
-            CheckpointMetadata::new(),
-            versions,
-            PutOptions::new(),
-        )
-        .await
-        .unwrap()
+    put_child(saver, parent).await.unwrap()
 }
 
 /// Waits up to `within` for the writer's pool to hold its connection idle.
 async fn writer_idle_within(saver: &SqliteSaver, within: Duration) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < within {
-        let pool = saver.pool();
-        if pool.size() > 0 && pool.num_idle() == pool.size() as usize {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    let pool = saver.pool();
+    eventually(within, || {
+        pool.size() > 0 && pool.num_idle() == pool.size() as usize
+    })
+    .await
 }
 
 #[tokio::test]
@@ -252,16 +237,14 @@ fn a_saver_dropped_outside_its_runtime_hands_its_connections_back() {
     // and the connection goes back to the pool in the runtime it was used in.
     drop(saver);
     runtime.block_on(async {
-        let started = Instant::now();
-        while pool.num_idle() < pool.size() as usize {
-            assert!(
-                started.elapsed() < Duration::from_secs(3),
-                "the warm writer never went back: size {}, idle {}",
-                pool.size(),
-                pool.num_idle()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        assert!(
+            eventually(Duration::from_secs(3), || pool.num_idle()
+                == pool.size() as usize)
+            .await,
+            "the warm writer never went back: size {}, idle {}",
+            pool.size(),
+            pool.num_idle()
+        );
         pool.close().await;
     });
     cleanup(&path);
