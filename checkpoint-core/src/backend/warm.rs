@@ -402,3 +402,178 @@ macro_rules! __warm {
 }
 #[doc(inline)]
 pub use crate::__warm as warm;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sqlx::sqlite::{Sqlite, SqlitePool, SqlitePoolOptions};
+
+    use super::*;
+
+    /// An in-memory SQLite pool of `size` connections.
+    async fn pool(size: u32) -> SqlitePool {
+        SqlitePoolOptions::new()
+            .max_connections(size)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect("sqlite::memory:")
+            .await
+            .unwrap()
+    }
+
+    /// One statement on a connection of `warm`, kept warm afterwards.
+    async fn op(warm: &Arc<Warm<Sqlite>>) {
+        let mut conn = warm.acquire().await.unwrap();
+        sqlx::query("SELECT 1").execute(&mut *conn).await.unwrap();
+        conn.done();
+    }
+
+    fn idle(pool: &SqlitePool) -> bool {
+        pool.size() > 0 && pool.num_idle() == pool.size() as usize
+    }
+
+    #[tokio::test]
+    async fn a_connection_stays_out_of_the_pool_between_operations_until_idle() {
+        let pool = pool(2).await;
+        let warm = Arc::new(Warm::new(pool.clone()));
+        for _ in 0..10 {
+            op(&warm).await;
+        }
+        // Ten operations, one connection: kept warm, never handed back between them.
+        assert_eq!(pool.size(), 1);
+        assert_eq!(pool.num_idle(), 0);
+        assert_eq!(warm.idle().conns.len(), 1);
+        // Idle for its time (250 ms), it goes back.
+        tokio::time::sleep(WARM_FOR + Duration::from_millis(200)).await;
+        let started = Instant::now();
+        while !idle(&pool) {
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "never went back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(warm.idle().conns.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_connection_in_use_goes_back_to_an_operation_waiting_for_the_pool() {
+        let pool = pool(1).await;
+        let warm = Arc::new(Warm::new(pool.clone()));
+        // The pool's one connection is in use by an operation of the saver...
+        let mut busy = warm.acquire().await.unwrap();
+        sqlx::query("SELECT 1").execute(&mut *busy).await.unwrap();
+        // ...while another takes a transaction from the pool itself: it counts as waiting.
+        let waiter = {
+            let warm = Arc::clone(&warm);
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let tx = warm.through_pool(pool.begin()).await.unwrap();
+                tx.rollback().await.unwrap();
+                started.elapsed()
+            })
+        };
+        while warm.idle().waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The first operation ends: its connection goes back at once, not after 250 ms.
+        busy.done();
+        let waited = waiter.await.unwrap();
+        assert!(warm.idle().conns.is_empty(), "kept warm while one waited");
+        assert!(waited < WARM_FOR, "the waiter waited {waited:?}");
+        assert_eq!(warm.idle().waiting, 0);
+    }
+
+    #[tokio::test]
+    async fn through_pool_hands_warm_connections_back_first() {
+        let pool = pool(1).await;
+        let warm = Arc::new(Warm::new(pool.clone()));
+        op(&warm).await;
+        assert_eq!(pool.num_idle(), 0, "not warm");
+        let started = Instant::now();
+        let tx = warm.through_pool(pool.begin()).await.unwrap();
+        assert!(
+            started.elapsed() < WARM_FOR,
+            "waited {:?}",
+            started.elapsed()
+        );
+        tx.commit().await.unwrap();
+        // The saver's next operation takes it from the pool and keeps it warm again.
+        op(&warm).await;
+        assert_eq!(warm.idle().conns.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn closing_the_pool_takes_warm_connections_back_at_once() {
+        let pool = pool(3).await;
+        let warm = Arc::new(Warm::new(pool.clone()));
+        let (a, b, c) = tokio::join!(warm.acquire(), warm.acquire(), warm.acquire());
+        for conn in [a, b, c] {
+            conn.unwrap().done();
+        }
+        assert_eq!(warm.idle().conns.len(), 3);
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), pool.close())
+            .await
+            .expect("close waited for the warm connections");
+        assert!(
+            started.elapsed() < WARM_FOR,
+            "closing took {:?}",
+            started.elapsed()
+        );
+        // Closed, the pool has nothing to give: an error, not a wait.
+        assert!(warm.acquire().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_operation_that_failed_hands_its_connection_to_the_pool() {
+        let pool = pool(2).await;
+        let warm = Arc::new(Warm::new(pool.clone()));
+        let mut conn = warm.acquire().await.unwrap();
+        assert!(
+            sqlx::query("SELECT * FROM no_such_table")
+                .execute(&mut *conn)
+                .await
+                .is_err()
+        );
+        // Not marked done: dropped, it goes back through the pool's own test.
+        drop(conn);
+        let started = Instant::now();
+        while !idle(&pool) {
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "never went back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(warm.idle().conns.is_empty());
+    }
+
+    #[test]
+    fn dropped_outside_its_runtime_it_hands_its_connections_back() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let pool = runtime.block_on(pool(2));
+        let warm = Arc::new(Warm::new(pool.clone()));
+        runtime.block_on(op(&warm));
+        assert_eq!(pool.num_idle(), 0, "not warm");
+        // Dropped on a thread without a runtime: no panic, and the connection goes back in
+        // the runtime it was used in.
+        drop(warm);
+        runtime.block_on(async {
+            let started = Instant::now();
+            while !idle(&pool) {
+                assert!(
+                    started.elapsed() < Duration::from_secs(3),
+                    "never went back"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            pool.close().await;
+        });
+    }
+}
