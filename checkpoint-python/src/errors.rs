@@ -56,6 +56,20 @@ pub(crate) fn to_py(err: Error) -> PyErr {
     })
 }
 
+/// `checkpoint_rs.errors.ClosedError`: a call on a saver after its `close()`.
+pub(crate) fn closed() -> PyErr {
+    let message = "the saver is closed";
+    Python::attach(|py| {
+        py.import("checkpoint_rs.errors")
+            .and_then(|m| m.getattr("ClosedError"))
+            .and_then(|class| class.call1((message,)))
+            .map(PyErr::from_value)
+            .unwrap_or_else(|import| {
+                PyRuntimeError::new_err(format!("{message} (and raising it failed: {import})"))
+            })
+    })
+}
+
 /// `Result<T, Error>` → `PyResult<T>`.
 pub(crate) trait IntoPyResult<T> {
     fn py(self) -> PyResult<T>;

@@ -3,7 +3,7 @@
 //! bridged to the running event loop, which it never blocks).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use checkpoint_core::backend::spawn_sweeper;
@@ -18,7 +18,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use crate::convert;
-use crate::errors::{IntoPyResult, to_py};
+use crate::errors::{IntoPyResult, closed, to_py};
 use crate::open::{self, Admin, Backend, Options, Wrappers};
 use crate::stream::TupleStream;
 
@@ -75,14 +75,22 @@ pub(crate) fn new_checkpoint_id() -> String {
 /// directly.
 #[pyclass(frozen, module = "checkpoint_rs._native")]
 pub(crate) struct NativeSaver {
+    /// The saver while it is open; `None` once [`NativeSaver::close`] ran.
+    open: Mutex<Option<Opened>>,
+    compare_and_set: bool,
+    /// The saver's description, kept for `repr` after closing.
+    description: String,
+}
+
+/// What an open `NativeSaver` holds.
+struct Opened {
     inner: Arc<dyn Saver>,
     admin: Admin,
-    compare_and_set: bool,
     /// The background sweeper of expired threads, when asked for; stops with the saver.
     sweeper: Option<JoinHandle<()>>,
 }
 
-impl Drop for NativeSaver {
+impl Drop for Opened {
     fn drop(&mut self) {
         if let Some(sweeper) = &self.sweeper {
             sweeper.abort();
@@ -91,6 +99,18 @@ impl Drop for NativeSaver {
 }
 
 impl NativeSaver {
+    fn opened(&self) -> MutexGuard<'_, Option<Opened>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The saver, or `ClosedError` once closed.
+    fn saver(&self) -> PyResult<Arc<dyn Saver>> {
+        self.opened()
+            .as_ref()
+            .map(|o| Arc::clone(&o.inner))
+            .ok_or_else(closed)
+    }
+
     /// [`call`] with an operation on the saver.
     fn run<R, F>(
         &self,
@@ -103,7 +123,7 @@ impl NativeSaver {
         R: Send + 'static,
         F: Future<Output = Result<R>> + Send + 'static,
     {
-        call(py, blocking, op(self.inner.clone()), convert)
+        call(py, blocking, op(self.saver()?), convert)
     }
 }
 
@@ -196,16 +216,19 @@ impl NativeSaver {
             spawn_sweeper(Arc::clone(&inner), every, SWEEP_BATCH)
         });
         Ok(Self {
-            inner,
-            admin,
+            description: format!("{inner:?}"),
+            open: Mutex::new(Some(Opened {
+                inner,
+                admin,
+                sweeper,
+            })),
             compare_and_set,
-            sweeper,
         })
     }
 
     /// The optional operations the saver provides.
     fn capabilities<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.inner.capabilities();
+        let c = self.saver()?.capabilities();
         let dict = PyDict::new(py);
         dict.set_item("copy_thread", c.copy_thread)?;
         dict.set_item("prune", c.prune)?;
@@ -225,7 +248,30 @@ impl NativeSaver {
 
     /// The saver's description (backend and wrappers), never a connection string.
     fn __repr__(&self) -> String {
-        format!("{:?}", self.inner)
+        if self.opened().is_some() {
+            self.description.clone()
+        } else {
+            format!("{} (closed)", self.description)
+        }
+    }
+
+    /// Stops the background sweeper and lets go of the saver: its connections close once
+    /// the calls still running and the `list` iterators still open are done with them.
+    /// Every later call raises `ClosedError`; closing again does nothing.
+    fn close(&self, py: Python<'_>) {
+        let opened = self.opened().take();
+        // Dropping the saver may hand connections back to their pools, which runs on the
+        // runtime; without the GIL, as any other call.
+        py.detach(|| {
+            let _runtime = runtime().enter();
+            drop(opened);
+        });
+    }
+
+    /// Whether [`NativeSaver::close`] ran.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.opened().is_none()
     }
 
     /// A tuple (see `convert::tuple_to_py`) or `None`.
@@ -335,13 +381,17 @@ impl NativeSaver {
         options.limit = limit;
         // `list` is lazy: building the stream does no I/O, but backends spawn on the runtime.
         let _guard = runtime().enter();
-        Ok(TupleStream::new(self.inner.list(options)))
+        Ok(TupleStream::new(self.saver()?.list(options)))
     }
 
     /// Deletes everything the store holds (Redis: every key under the prefix; MongoDB:
     /// every collection of the configuration); the number of keys deleted or `None`.
     fn destroy(&self, py: Python<'_>, blocking: bool) -> PyResult<Py<PyAny>> {
-        let admin = self.admin.clone();
+        let admin = self
+            .opened()
+            .as_ref()
+            .map(|o| o.admin.clone())
+            .ok_or_else(closed)?;
         call(py, blocking, admin.destroy(), |py, n| {
             Ok(n.into_pyobject(py)?.into_any().unbind())
         })

@@ -240,6 +240,70 @@ def test_the_background_sweeper_deletes_expired_threads(kind, make_store) -> Non
             store.saver(ttl={"sweep_interval_minutes": bad})
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_with_blocks_close_the_saver(kind, make_store) -> None:
+    """Leaving a `with` (or `async with`) block closes the saver: a list iterator opened
+    before still finishes, every later call raises `ClosedError`, closing again does nothing,
+    and the store keeps what was written."""
+    store = make_store(kind)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with store.saver() as saver:
+        put_chain(saver, "t", 3)
+        listed = saver.list(config)
+        first = next(listed)
+    assert saver.closed and repr(saver).endswith("(closed))")
+    rest = [t.checkpoint["id"] for t in listed]
+    assert len(rest) == 2 and first.checkpoint["id"] not in rest
+    del listed
+    if kind == "sqlite":
+        # The saver's last connection to close folds the write-ahead log into the file.
+        wal, deadline = store.target + "-wal", time.monotonic() + 10
+        while os.path.exists(wal) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(wal), "the closed saver's connections stayed open"
+    calls = {
+        "get_tuple": lambda: saver.get_tuple(config),
+        "list": lambda: list(saver.list(config)),
+        "put": lambda: saver.put(config, empty_checkpoint(), {}, {}),
+        "put_writes": lambda: saver.put_writes(first.config, [("log", 1)], "task"),
+        "delete_thread": lambda: saver.delete_thread("t"),
+        "sweep_expired": lambda: saver.sweep_expired(10),
+        "capabilities": lambda: saver.capabilities,
+    }
+    for name, call in calls.items():
+        with pytest.raises(errors.ClosedError, match="closed"):
+            call()
+            pytest.fail(f"{name} ran on a closed saver")
+    with pytest.raises(errors.ClosedError):
+        await saver.aget_tuple(config)
+    saver.close()
+    await saver.aclose()
+    assert isinstance(errors.ClosedError("x"), (errors.CheckpointError, RuntimeError))
+
+    if kind == "memory":
+        return  # its store was the closed saver itself
+    async with store.saver() as again:
+        assert len([t async for t in again.alist(config)]) == 3
+        put_chain(again, "u", 1)
+    assert again.closed
+    with pytest.raises(errors.ClosedError):
+        await again.aput(config, empty_checkpoint(), {}, {})
+    assert store.saver().get_tuple({"configurable": {"thread_id": "u"}}) is not None
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_closing_stops_the_background_sweeper(kind, make_store) -> None:
+    """A closed saver's sweeper sweeps no more: a thread that expires after the close is
+    still there for another saver's sweep to find."""
+    store = make_store(kind)
+    other = store.saver()
+    store.saver(ttl={"sweep_interval_minutes": 0.5 / 60}).close()
+    put_chain(other, "short", 1)
+    other.set_thread_ttl("short", timedelta(seconds=1))
+    time.sleep(2.5)  # expired after 1 s; a sweeper still running would have swept twice
+    assert other.sweep_expired(100) == 1
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the saver's guard needs Linux's OFD locks")
 def test_sqlite_keeps_its_log_when_pythons_sqlite3_opens_the_same_file(tmp_path) -> None:
     """Python's `sqlite3` module is another copy of SQLite, whose locks this process's saver

@@ -5,6 +5,7 @@ from checkpoint_rs import errors
 from checkpoint_rs._native import __version__
 from checkpoint_rs.errors import (
     CheckpointError,
+    ClosedError,
     ConflictError,
     InvalidInputError,
     UnavailableError,
@@ -21,6 +22,7 @@ from checkpoint_rs.saver import (
 
 __all__ = [
     "CheckpointError",
+    "ClosedError",
     "ConflictError",
     "InMemorySaver",
     "InvalidInputError",

@@ -59,9 +59,14 @@ class BackendError(CheckpointError, RuntimeError):
     """The backend failed."""
 
 
+class ClosedError(CheckpointError, RuntimeError):
+    """The saver was closed (``close()``, or the end of its ``with`` block)."""
+
+
 __all__ = [
     "BackendError",
     "CheckpointError",
+    "ClosedError",
     "ConflictError",
     "InvalidInputError",
     "LimitExceededError",

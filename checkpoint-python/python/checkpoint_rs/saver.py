@@ -175,17 +175,35 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._native!r})"
 
+    def close(self) -> None:
+        """Stops the background sweeper and lets go of the store: the saver's connections
+        close once the calls still running and the ``list`` iterators still open are done
+        with them (for SQLite, the last one folds the write-ahead log back into the
+        database file). Every later call raises
+        :class:`~checkpoint_rs.errors.ClosedError`; closing again does nothing. Leaving a
+        ``with`` or ``async with`` block over the saver closes it."""
+        self._native.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, which does not wait: for ``async`` code that expects it."""
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran."""
+        return self._native.closed
+
     def __enter__(self) -> RustCheckpointSaver:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        return None
+        self.close()
 
     async def __aenter__(self) -> RustCheckpointSaver:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        return None
+        self.close()
 
     @property
     def capabilities(self) -> dict[str, bool]:
