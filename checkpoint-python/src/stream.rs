@@ -18,6 +18,19 @@ struct Cursor {
     done: bool,
 }
 
+impl Drop for Cursor {
+    fn drop(&mut self) {
+        // A page fetch cut short (an awaited batch cancelled) may hold a pooled connection,
+        // which goes back to its pool through a task on the runtime; Python drops the last
+        // cursor outside it.
+        let _runtime = runtime().enter();
+        drop(std::mem::replace(
+            &mut self.stream,
+            Box::pin(futures::stream::empty()),
+        ));
+    }
+}
+
 /// The tuples of one `list` call, newest first, fetched page by page as they are pulled.
 #[pyclass(frozen, module = "checkpoint_rs._native")]
 pub(crate) struct TupleStream {

@@ -5,6 +5,7 @@ and typed errors."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -289,6 +290,31 @@ async def test_with_blocks_close_the_saver(kind, make_store) -> None:
     with pytest.raises(errors.ClosedError):
         await again.aput(config, empty_checkpoint(), {}, {})
     assert store.saver().get_tuple({"configurable": {"thread_id": "u"}}) is not None
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_list_cancelled_mid_page_is_dropped_cleanly(kind, make_store) -> None:
+    """An `alist` batch cancelled while its page is fetched leaves that fetch, and the pooled
+    connection it holds, in the iterator; the garbage collector then drops it outside the
+    Rust runtime, where handing the connection back must not fail."""
+    saver = make_store(kind).saver()
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    put_chain(saver, "t", 70)
+    unraisable: list = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        for _ in range(20):
+            stream = saver.alist(config)
+            task = asyncio.ensure_future(stream.__anext__())
+            await asyncio.sleep(0.001)  # the first page is being fetched
+            task.cancel()
+            await asyncio.sleep(0.05)  # the cancelled batch let go of the iterator
+            del stream, task
+            gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert [u.exc_value for u in unraisable] == []
+    assert len(list(saver.list(config))) == 70
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
