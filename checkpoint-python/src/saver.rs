@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use checkpoint_core::backend::spawn_sweeper;
 use checkpoint_core::{
-    CheckpointConfig, Error, ListOptions, PruneStrategy, PutOptions, PutWritesOptions, Result,
-    Saver, ThreadTtl, TypedValue,
+    Capabilities, CheckpointConfig, Error, ListOptions, PruneStrategy, PutOptions,
+    PutWritesOptions, Result, Saver, ThreadTtl, TypedValue,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -78,8 +78,9 @@ pub(crate) struct NativeSaver {
     /// The saver while it is open; `None` once [`NativeSaver::close`] ran.
     open: Mutex<Option<Opened>>,
     compare_and_set: bool,
-    /// The saver's description, kept for `repr` after closing.
+    /// The saver's description and capabilities, which stay readable after closing.
     description: String,
+    capabilities: Capabilities,
 }
 
 /// What an open `NativeSaver` holds.
@@ -103,12 +104,11 @@ impl NativeSaver {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The saver, or `ClosedError` once closed.
+    /// The saver, or `ClosedError` once closed. (The lock is released before the error is
+    /// built: building it runs Python, which may switch threads.)
     fn saver(&self) -> PyResult<Arc<dyn Saver>> {
-        self.opened()
-            .as_ref()
-            .map(|o| Arc::clone(&o.inner))
-            .ok_or_else(closed)
+        let inner = self.opened().as_ref().map(|o| Arc::clone(&o.inner));
+        inner.ok_or_else(closed)
     }
 
     /// [`call`] with an operation on the saver.
@@ -217,6 +217,7 @@ impl NativeSaver {
         });
         Ok(Self {
             description: format!("{inner:?}"),
+            capabilities: inner.capabilities(),
             open: Mutex::new(Some(Opened {
                 inner,
                 admin,
@@ -228,7 +229,7 @@ impl NativeSaver {
 
     /// The optional operations the saver provides.
     fn capabilities<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.saver()?.capabilities();
+        let c = self.capabilities;
         let dict = PyDict::new(py);
         dict.set_item("copy_thread", c.copy_thread)?;
         dict.set_item("prune", c.prune)?;
@@ -387,11 +388,8 @@ impl NativeSaver {
     /// Deletes everything the store holds (Redis: every key under the prefix; MongoDB:
     /// every collection of the configuration); the number of keys deleted or `None`.
     fn destroy(&self, py: Python<'_>, blocking: bool) -> PyResult<Py<PyAny>> {
-        let admin = self
-            .opened()
-            .as_ref()
-            .map(|o| o.admin.clone())
-            .ok_or_else(closed)?;
+        let admin = self.opened().as_ref().map(|o| o.admin.clone());
+        let admin = admin.ok_or_else(closed)?;
         call(py, blocking, admin.destroy(), |py, n| {
             Ok(n.into_pyobject(py)?.into_any().unbind())
         })

@@ -137,8 +137,8 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       ``{"default_ttl": minutes, "refresh_on_read": bool, "sweep_interval_minutes":
       minutes}``. A thread expires that long after its last write (or, with
       ``refresh_on_read``, its last ``get_tuple``) and is invisible at once;
-      ``sweep_interval_minutes`` runs :meth:`sweep_expired` in the background while the
-      saver lives;
+      ``sweep_interval_minutes`` runs :meth:`sweep_expired` in the background until the
+      saver is closed;
       :meth:`set_thread_ttl` gives one thread its own TTL or pins it, and
       :meth:`sweep_expired` reclaims expired threads' space (Redis and the in-memory saver
       delete expired threads themselves).
@@ -178,8 +178,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     def close(self) -> None:
         """Stops the background sweeper and lets go of the store: the saver's connections
         close once the calls still running and the ``list`` iterators still open are done
-        with them (for SQLite, the last one folds the write-ahead log back into the
-        database file). Every later call raises
+        with them. Every later call raises
         :class:`~checkpoint_rs.errors.ClosedError`; closing again does nothing. Leaving a
         ``with`` or ``async with`` block over the saver closes it."""
         self._native.close()
