@@ -136,7 +136,7 @@ impl NativeSaver {
         kind, target, *, schema=None, key_prefix=None, database=None, collection_prefix=None,
         transactions=None, write_concern=None, max_connections=None, setup=true,
         default_ttl_minutes=None, refresh_on_read=None, sweep_interval_minutes=None,
-        sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
+        timeout_seconds=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
         compare_and_set=false
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -155,6 +155,7 @@ impl NativeSaver {
         default_ttl_minutes: Option<f64>,
         refresh_on_read: Option<bool>,
         sweep_interval_minutes: Option<f64>,
+        timeout_seconds: Option<f64>,
         sanitize_on_load: bool,
         pending_markers: bool,
         skip_unsafe_put: bool,
@@ -196,6 +197,7 @@ impl NativeSaver {
         };
         let sweep_interval = options.sweep_interval;
         let wrappers = Wrappers {
+            timeout: timeout_seconds.map(call_timeout).transpose()?,
             sanitize_on_load,
             pending_markers,
             skip_unsafe_put,
@@ -554,6 +556,16 @@ impl NativeSaver {
             move |saver| async move { saver.delta_channel_history(&config, &channels).await },
             |py, h| convert::delta_to_py(py, &h),
         )
+    }
+}
+
+/// The `timeout` option, in seconds: positive and finite.
+fn call_timeout(seconds: f64) -> PyResult<Duration> {
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(to_py(Error::InvalidInput {
+            reason: format!("timeout must be a positive, finite number of seconds, got {seconds}"),
+        })),
     }
 }
 

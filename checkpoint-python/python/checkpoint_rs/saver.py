@@ -93,6 +93,25 @@ def _ttl_options(ttl: Mapping[str, Any] | None) -> dict[str, Any]:
     return options
 
 
+def _timeout(timeout: float | timedelta | None) -> float | None:
+    """The ``timeout`` option in seconds: positive and finite."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise errors.InvalidInputError(f"timeout is seconds, a number; got {timeout!r}")
+    try:
+        seconds = float(timeout)
+    except OverflowError:
+        seconds = math.inf
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise errors.InvalidInputError(
+            f"timeout must be a positive, finite number of seconds; got {timeout!r}"
+        )
+    return seconds
+
+
 def _left(seconds: float | None) -> timedelta | None:
     """A native time left as a timedelta (capped at ``timedelta.max``)."""
     if seconds is None:
@@ -142,6 +161,11 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       :meth:`set_thread_ttl` gives one thread its own TTL or pins it, and
       :meth:`sweep_expired` reclaims expired threads' space (Redis and the in-memory saver
       delete expired threads themselves).
+    * ``timeout``: seconds (or a ``timedelta``) that any call, and each item of a ``list``,
+      may take; a call still waiting then is dropped and raises
+      :class:`checkpoint_rs.errors.UnavailableError` (transient: a retry may succeed). As
+      when a connection breaks, a call cut short may have taken effect or not: read to
+      find out (each backend's ``put`` alone is stored whole or not at all).
     """
 
     _kind: str = ""
@@ -157,6 +181,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         skip_unsafe_put: bool = False,
         idempotent: bool = False,
         ttl: Mapping[str, Any] | None = None,
+        timeout: float | timedelta | None = None,
         **backend_options: Any,
     ) -> None:
         super().__init__(serde=serde)
@@ -168,6 +193,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
             pending_markers=pending_markers,
             skip_unsafe_put=skip_unsafe_put,
             idempotent=idempotent,
+            timeout_seconds=_timeout(timeout),
             **_ttl_options(ttl),
             **backend_options,
         )
