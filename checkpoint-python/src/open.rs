@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkpoint_core::{Error, InMemorySaver, Result, Saver, Timeout};
+use checkpoint_core::{Error, InMemorySaver, Result, Saver};
 use checkpoint_mongo::mongodb::options::WriteConcern;
 use checkpoint_mongo::{MongoConfig, MongoSaver, TransactionMode};
 use checkpoint_postgres::PostgresSaver;
@@ -53,12 +53,10 @@ pub(crate) struct Options {
     pub(crate) sweep_interval: Option<Duration>,
 }
 
-/// Which wrappers to put around the backend (outermost first: the deadline of `Timeout`,
-/// then `checkpoint-sanitize`'s sanitize-on-load, pending markers, skip-unsafe-put,
-/// idempotent — the canonical order).
+/// Which wrappers of `checkpoint-sanitize` to put around the backend (outermost first:
+/// sanitize-on-load, pending markers, skip-unsafe-put, idempotent — the canonical order).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Wrappers {
-    pub(crate) timeout: Option<Duration>,
     pub(crate) sanitize_on_load: bool,
     pub(crate) pending_markers: bool,
     pub(crate) skip_unsafe_put: bool,
@@ -270,9 +268,6 @@ pub(crate) fn wrap(saver: Arc<dyn Saver>, wrappers: Wrappers) -> Arc<dyn Saver> 
     }
     if wrappers.sanitize_on_load {
         saver = Arc::new(SanitizeOnLoad::new(saver, SanitizeConfig::default()));
-    }
-    if let Some(limit) = wrappers.timeout {
-        saver = Arc::new(Timeout::new(saver, limit));
     }
     saver
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use checkpoint_core::backend::spawn_sweeper;
 use checkpoint_core::{
     Capabilities, CheckpointConfig, Error, ListOptions, PruneStrategy, PutOptions,
-    PutWritesOptions, Result, Saver, ThreadTtl, TypedValue,
+    PutWritesOptions, Result, Saver, ThreadTtl, Timeout, TypedValue,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -81,11 +81,16 @@ pub(crate) struct NativeSaver {
     /// The saver's description and capabilities, which stay readable after closing.
     description: String,
     capabilities: Capabilities,
+    /// The `timeout` option.
+    timeout: Option<Duration>,
 }
 
 /// What an open `NativeSaver` holds.
 struct Opened {
+    /// The saver every call but `list` goes to: `stack` behind the `timeout` option.
     inner: Arc<dyn Saver>,
+    /// The backend and its wrappers.
+    stack: Arc<dyn Saver>,
     admin: Admin,
     /// The background sweeper of expired threads, when asked for; stops with the saver.
     sweeper: Option<JoinHandle<()>>,
@@ -196,8 +201,8 @@ impl NativeSaver {
                 .transpose()?,
         };
         let sweep_interval = options.sweep_interval;
+        let timeout = timeout_seconds.map(call_timeout).transpose()?;
         let wrappers = Wrappers {
-            timeout: timeout_seconds.map(call_timeout).transpose()?,
             sanitize_on_load,
             pending_markers,
             skip_unsafe_put,
@@ -206,7 +211,14 @@ impl NativeSaver {
         let (saver, admin) = py
             .detach(|| runtime().block_on(open::open(backend, options)))
             .py()?;
-        let inner = open::wrap(saver, wrappers);
+        let stack = open::wrap(saver, wrappers);
+        // The deadline goes outermost, around every call but `list` (whose stream gets it
+        // for each batch it waits for: see `TupleStream`) and the background sweeper's, which
+        // finishes its batch however long it takes.
+        let inner: Arc<dyn Saver> = match timeout {
+            Some(limit) => Arc::new(Timeout::new(Arc::clone(&stack), limit)),
+            None => Arc::clone(&stack),
+        };
         if compare_and_set && !inner.capabilities().compare_and_set {
             return Err(PyValueError::new_err(
                 "compare_and_set: this backend does not provide compare-and-set puts",
@@ -215,17 +227,19 @@ impl NativeSaver {
         // Backends without thread TTLs refused the option before opening.
         let sweeper = sweep_interval.map(|every| {
             let _runtime = runtime().enter();
-            spawn_sweeper(Arc::clone(&inner), every, SWEEP_BATCH)
+            spawn_sweeper(Arc::clone(&stack), every, SWEEP_BATCH)
         });
         Ok(Self {
             description: format!("{inner:?}"),
             capabilities: inner.capabilities(),
             open: Mutex::new(Some(Opened {
                 inner,
+                stack,
                 admin,
                 sweeper,
             })),
             compare_and_set,
+            timeout,
         })
     }
 
@@ -383,8 +397,10 @@ impl NativeSaver {
         options.before = before;
         options.limit = limit;
         // `list` is lazy: building the stream does no I/O, but backends spawn on the runtime.
+        let stack = self.opened().as_ref().map(|o| Arc::clone(&o.stack));
+        let stack = stack.ok_or_else(closed)?;
         let _guard = runtime().enter();
-        Ok(TupleStream::new(self.saver()?.list(options)))
+        Ok(TupleStream::new(stack.list(options), self.timeout))
     }
 
     /// Deletes everything the store holds (Redis: every key under the prefix; MongoDB:

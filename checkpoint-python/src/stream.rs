@@ -1,8 +1,9 @@
 //! `list` as a cursor Python pulls batches from, synchronously or awaiting.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use checkpoint_core::{BoxStream, CheckpointTuple, Error, Result};
+use checkpoint_core::{BoxStream, CheckpointTuple, Error, Result, TimedOut};
 use futures::{FutureExt, StreamExt};
 use pyo3::prelude::*;
 use tokio::sync::Mutex;
@@ -13,6 +14,10 @@ use crate::saver::runtime;
 
 struct Cursor {
     stream: BoxStream<'static, Result<CheckpointTuple>>,
+    /// How long a batch may wait for its first tuple (the saver's `timeout` option). Only
+    /// that wait counts: the tuples a batch takes without waiting may start the next
+    /// page's fetch, which then goes on only while a batch waits for it.
+    limit: Option<Duration>,
     /// An error met after some tuples of a batch: those are returned, this is raised next.
     failed: Option<Error>,
     done: bool,
@@ -38,10 +43,14 @@ pub(crate) struct TupleStream {
 }
 
 impl TupleStream {
-    pub(crate) fn new(stream: BoxStream<'static, Result<CheckpointTuple>>) -> Self {
+    pub(crate) fn new(
+        stream: BoxStream<'static, Result<CheckpointTuple>>,
+        limit: Option<Duration>,
+    ) -> Self {
         Self {
             cursor: Arc::new(Mutex::new(Cursor {
                 stream,
+                limit,
                 failed: None,
                 done: false,
             })),
@@ -60,7 +69,25 @@ async fn next_batch(cursor: Arc<Mutex<Cursor>>, max: usize) -> Result<Vec<Checkp
     if cursor.done {
         return Ok(batch);
     }
-    match cursor.stream.next().await {
+    let first = match cursor.limit {
+        None => cursor.stream.next().await,
+        Some(limit) => match tokio::time::timeout(limit, cursor.stream.next()).await {
+            Ok(first) => first,
+            Err(_) => {
+                // As `checkpoint_core::Timeout` ends a stream: the fetch is dropped.
+                cursor.done = true;
+                cursor.stream = Box::pin(futures::stream::empty());
+                return Err(Error::Unavailable {
+                    backend: "saver",
+                    source: Box::new(TimedOut {
+                        operation: "list",
+                        limit,
+                    }),
+                });
+            }
+        },
+    };
+    match first {
         None => {
             cursor.done = true;
             return Ok(batch);

@@ -107,7 +107,7 @@ def _timeout(timeout: float | timedelta | None) -> float | None:
         seconds = math.inf
     if not (math.isfinite(seconds) and seconds > 0):
         raise errors.InvalidInputError(
-            f"timeout must be a positive, finite number of seconds; got {timeout!r}"
+            f"timeout must be a positive, finite number of seconds; got {seconds!r}"
         )
     return seconds
 
@@ -161,11 +161,13 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       :meth:`set_thread_ttl` gives one thread its own TTL or pins it, and
       :meth:`sweep_expired` reclaims expired threads' space (Redis and the in-memory saver
       delete expired threads themselves).
-    * ``timeout``: seconds (or a ``timedelta``) that any call, and each item of a ``list``,
-      may take; a call still waiting then is dropped and raises
-      :class:`checkpoint_rs.errors.UnavailableError` (transient: a retry may succeed). As
-      when a connection breaks, a call cut short may have taken effect or not: read to
-      find out (each backend's ``put`` alone is stored whole or not at all).
+    * ``timeout``: seconds (or a ``timedelta``) that a call of the saver API may wait, and
+      that a ``list`` may wait for each batch of tuples; a call still waiting then is
+      dropped and raises :class:`checkpoint_rs.errors.UnavailableError` (transient: a retry
+      may succeed). As when a connection breaks, a call cut short may have taken effect or
+      not: read to find out. (Opening the saver, ``purge``, ``drop_collections`` and the
+      background sweeper are not bounded; on PostgreSQL a statement cut short runs on in
+      the server until it ends, and keeps its pooled connection meanwhile.)
     """
 
     _kind: str = ""
