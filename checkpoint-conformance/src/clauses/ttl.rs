@@ -3,7 +3,7 @@
 //!
 //! They assume the factory's saver has no default TTL and does not refresh a TTL on read.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use checkpoint_core::{
     CheckpointMetadata, Claim, DeltaChannelHistory, Error, ListOptions, PutOptions,
@@ -211,23 +211,40 @@ pub async fn ttl_write_after_expiry_starts_afresh(f: &dyn SaverFactory) {
 
 /// `Expire` counts from the thread's latest write: a `put` or a `put_writes` restarts the
 /// clock.
+///
+/// The checks hold however slowly the machine runs: what is left after a write must be at
+/// least the whole TTL less the time since the write began, and (with a TTL far longer than
+/// any stall) the thread cannot expire on the way.
 pub async fn ttl_writes_restart_the_clock(f: &dyn SaverFactory) {
+    /// Rounding to milliseconds and the distance between the server's clock and ours.
+    const SLACK: Duration = Duration::from_millis(250);
+    const PAUSE: Duration = Duration::from_millis(1_200);
+    let restarted = |left: Option<Duration>, since: Instant, what: &str| {
+        let at_least = LONG.saturating_sub(since.elapsed() + SLACK);
+        assert!(
+            matches!(left, Some(d) if d >= at_least && d <= LONG),
+            "{what} restarts the clock of Expire({LONG:?}): at least {at_least:?} left, got \
+             {left:?}"
+        );
+    };
     let s = build(f).await;
     require_capability!(s, ttl, s.sweep_expired(10));
     let chain = put_chain(&*s, "t1", "", 1, "r").await.unwrap();
-    s.set_thread_ttl("t1", ThreadTtl::Expire(Duration::from_secs(3)))
+    s.set_thread_ttl("t1", ThreadTtl::Expire(LONG))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    tokio::time::sleep(PAUSE).await;
     let left = s.thread_ttl("t1").await.unwrap();
     assert!(
-        matches!(left, Some(d) if d <= Duration::from_millis(1_900)),
-        "1.2 s after Expire(3 s) at most 1.8 s are left, got {left:?}"
+        matches!(left, Some(d) if d <= LONG - PAUSE + SLACK),
+        "{PAUSE:?} after Expire({LONG:?}) at most {:?} are left, got {left:?}",
+        LONG - PAUSE
     );
     let (c, v) = step(
         Some(&chain[0].checkpoint),
         &[("counter", Some(val(json!("later"))))],
     );
+    let before = Instant::now();
     let head = s
         .put(
             &chain[0].config,
@@ -238,12 +255,9 @@ pub async fn ttl_writes_restart_the_clock(f: &dyn SaverFactory) {
         )
         .await
         .unwrap();
-    let left = s.thread_ttl("t1").await.unwrap();
-    assert!(
-        matches!(left, Some(d) if d > Duration::from_secs(2)),
-        "a put restarts the clock of Expire(3 s), got {left:?} left"
-    );
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    restarted(s.thread_ttl("t1").await.unwrap(), before, "a put");
+    tokio::time::sleep(PAUSE).await;
+    let before = Instant::now();
     s.put_writes(
         &head,
         vec![("x".into(), val(json!(1)))],
@@ -252,11 +266,7 @@ pub async fn ttl_writes_restart_the_clock(f: &dyn SaverFactory) {
     )
     .await
     .unwrap();
-    let left = s.thread_ttl("t1").await.unwrap();
-    assert!(
-        matches!(left, Some(d) if d > Duration::from_secs(2)),
-        "put_writes restarts the clock of Expire(3 s), got {left:?} left"
-    );
+    restarted(s.thread_ttl("t1").await.unwrap(), before, "put_writes");
     let t = s
         .get_tuple(&cfg("t1", ""))
         .await
