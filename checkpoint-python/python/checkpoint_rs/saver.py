@@ -72,19 +72,8 @@ def _ttl_options(ttl: Mapping[str, Any] | None) -> dict[str, Any]:
         ("sweep_interval_minutes", "sweep_interval_minutes"),
     ):
         minutes = ttl.get(key)
-        if minutes is None:
-            continue
-        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)):
-            raise errors.InvalidInputError(f"ttl: {key} is minutes, a number; got {minutes!r}")
-        try:
-            minutes = float(minutes)
-        except OverflowError:
-            minutes = math.inf
-        if not (math.isfinite(minutes) and minutes > 0):
-            raise errors.InvalidInputError(
-                f"ttl: {key} must be a positive, finite number of minutes; got {minutes!r}"
-            )
-        options[native] = minutes
+        if minutes is not None:
+            options[native] = _positive(minutes, f"ttl: {key}", "minutes")
     if "refresh_on_read" in ttl:
         refresh = ttl["refresh_on_read"]
         if not isinstance(refresh, bool):
@@ -99,17 +88,23 @@ def _timeout(timeout: float | timedelta | None) -> float | None:
         return None
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise errors.InvalidInputError(f"timeout is seconds, a number; got {timeout!r}")
+    return _positive(timeout, "timeout", "seconds")
+
+
+def _positive(value: Any, what: str, unit: str) -> float:
+    """``value``, a number of ``unit``, as a float: positive and finite, or an
+    ``InvalidInputError`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise errors.InvalidInputError(f"{what} is {unit}, a number; got {value!r}")
     try:
-        seconds = float(timeout)
+        number = float(value)
     except OverflowError:
-        seconds = math.inf
-    if not (math.isfinite(seconds) and seconds > 0):
+        number = math.inf
+    if not (math.isfinite(number) and number > 0):
         raise errors.InvalidInputError(
-            f"timeout must be a positive, finite number of seconds; got {seconds!r}"
+            f"{what} must be a positive, finite number of {unit}; got {number!r}"
         )
-    return seconds
+    return number
 
 
 def _left(seconds: float | None) -> timedelta | None:
