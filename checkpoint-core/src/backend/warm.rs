@@ -439,8 +439,16 @@ mod tests {
         conn.done();
     }
 
-    fn idle(pool: &SqlitePool) -> bool {
-        pool.size() > 0 && pool.num_idle() == pool.size() as usize
+    /// Waits (3 s at most) until every connection of `pool` is back in it, idle.
+    async fn all_back(pool: &SqlitePool) {
+        let started = Instant::now();
+        while !(pool.size() > 0 && pool.num_idle() == pool.size() as usize) {
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "never went back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     #[tokio::test]
@@ -456,14 +464,7 @@ mod tests {
         assert_eq!(warm.idle().conns.len(), 1);
         // Idle for its time (250 ms), it goes back.
         tokio::time::sleep(WARM_FOR + Duration::from_millis(200)).await;
-        let started = Instant::now();
-        while !idle(&pool) {
-            assert!(
-                started.elapsed() < Duration::from_secs(3),
-                "never went back"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        all_back(&pool).await;
         assert!(warm.idle().conns.is_empty());
     }
 
@@ -560,14 +561,7 @@ mod tests {
                 .is_err()
         );
         assert!(warm.idle().conns.is_empty(), "kept warm after a failure");
-        let started = Instant::now();
-        while !idle(&pool) {
-            assert!(
-                started.elapsed() < Duration::from_secs(3),
-                "never went back"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        all_back(&pool).await;
     }
 
     #[test]
@@ -585,14 +579,7 @@ mod tests {
         // the runtime it was used in.
         drop(warm);
         runtime.block_on(async {
-            let started = Instant::now();
-            while !idle(&pool) {
-                assert!(
-                    started.elapsed() < Duration::from_secs(3),
-                    "never went back"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            all_back(&pool).await;
             pool.close().await;
         });
     }
