@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use crate::delta::DeltaChannelHistory;
-use crate::{Error, PendingWrite, Result};
+use crate::{Error, Result};
 
-use super::store::{NsData, Versions};
+use super::store::{NsData, StoredWrite, Versions};
 
 /// The history of `channels` for checkpoint `target` (or the latest) of a namespace.
 pub(super) fn history(
@@ -24,18 +24,23 @@ pub(super) fn history(
             None => return Ok(out),
         },
     };
-    // A few channels at most: a vector beats a hash set. Each open channel carries its
-    // stored versions, looked up once rather than at every checkpoint walked.
-    let mut remaining: Vec<(&str, Option<&Versions>)> = channels
+    // A few channels at most: a vector beats a hash set. Each carries its stored versions,
+    // looked up once rather than at every checkpoint walked, and the depth of the ancestor
+    // its seed came from (the parent is 0; `None` while it has none).
+    let mut wanted: Vec<Wanted<'_>> = channels
         .iter()
-        .map(|c| (c.as_str(), data.blobs.get(c)))
+        .map(|c| Wanted {
+            channel: c.as_str(),
+            versions: data.blobs.get(c),
+            seed_depth: None,
+        })
         .collect();
-    remaining.sort_unstable_by_key(|(c, _)| *c);
-    remaining.dedup_by_key(|(c, _)| *c);
-    // Every write on the path, newest checkpoint first, each checkpoint's in order; `levels`
-    // marks where each checkpoint's run ends, so the runs can be replayed oldest first.
-    let mut found: Vec<PendingWrite> = Vec::new();
-    let mut levels: Vec<usize> = Vec::new();
+    wanted.sort_unstable_by_key(|w| w.channel);
+    wanted.dedup_by_key(|w| w.channel);
+    // First the walk, parent first, up to the ancestor where the last open channel finds
+    // its seed; then the writes, oldest checkpoint first, straight into the answer.
+    let mut path: Vec<&str> = Vec::new();
+    let mut open = wanted.len();
     // A parent chain has at most as many links as the namespace has checkpoints. `put`
     // refuses a parent not older than its child, so no stored chain loops; the count keeps
     // the walk finite should that ever change.
@@ -45,7 +50,7 @@ pub(super) fn history(
         .get(target)
         .and_then(|s| s.parent.as_deref());
     while let Some(id) = cursor {
-        if remaining.is_empty() {
+        if open == 0 {
             break;
         }
         let Some(stored) = data.checkpoints.get(id) else {
@@ -58,53 +63,55 @@ pub(super) fn history(
             });
         }
         budget -= 1;
-        // Writes in (task_path, task_id, idx) order: stored by (task_id, idx), then a stable
-        // sort by task_path.
-        let start = found.len();
-        found.extend(
-            data.writes
-                .get(id)
-                .into_iter()
-                .flatten()
-                .filter(|(_, w)| remaining.iter().any(|(c, _)| *c == w.channel))
-                .map(|((task_id, idx), w)| w.pending(task_id, *idx)),
-        );
-        if found.len() > start {
-            found[start..].sort_by(|a, b| a.task_path.cmp(&b.task_path));
-            levels.push(found.len());
-        }
-        remaining.retain(|(channel, versions)| {
+        let depth = path.len();
+        path.push(id);
+        for w in wanted.iter_mut().filter(|w| w.seed_depth.is_none()) {
+            let Some(versions) = w.versions else { continue };
             let stored_value = stored
                 .checkpoint
                 .channel_versions
-                .get(*channel)
-                .and_then(|v| versions.and_then(|b| b.get(v)))
+                .get(w.channel)
+                .and_then(|v| versions.get(v))
                 .and_then(Option::as_ref);
-            match stored_value {
-                Some(value) => {
-                    if let Some(h) = out.get_mut(*channel) {
-                        h.seed = Some(value.clone());
-                    }
-                    false
+            if let Some(value) = stored_value {
+                if let Some(h) = out.get_mut(w.channel) {
+                    h.seed = Some(value.clone());
                 }
-                None => true,
+                w.seed_depth = Some(depth);
+                open -= 1;
             }
-        });
+        }
         cursor = stored.parent.as_deref();
     }
-    // Oldest checkpoint first, each checkpoint's writes still in order: reversing the whole
-    // vector reverses the order of the runs and each run, so each run is turned back.
-    let total = found.len();
-    found.reverse();
-    let mut start = 0;
-    for end in levels {
-        found[total - end..total - start].reverse();
-        start = end;
-    }
-    for w in found {
-        if let Some(h) = out.get_mut(&w.channel) {
-            h.writes.push(w);
+    // A channel takes the writes of the ancestors from its seed's (included) to the parent.
+    // Each checkpoint's writes are stored by (task_id, idx); a stable sort by task_path gives
+    // the contract's (task_path, task_id, idx). `out` holds one history per wanted channel,
+    // in the same (byte) order, so a write goes to its channel's by position.
+    let mut histories: Vec<&mut DeltaChannelHistory> = out.values_mut().collect();
+    debug_assert_eq!(histories.len(), wanted.len());
+    let mut run: Vec<(usize, &str, i64, &StoredWrite)> = Vec::new();
+    for (depth, id) in path.iter().enumerate().rev() {
+        let Some(writes) = data.writes.get(*id) else {
+            continue;
+        };
+        run.clear();
+        run.extend(writes.iter().filter_map(|((task_id, idx), w)| {
+            let at = wanted.iter().position(|c| {
+                c.channel == w.channel && c.seed_depth.is_none_or(|seed| depth <= seed)
+            })?;
+            Some((at, task_id.as_str(), *idx, w))
+        }));
+        run.sort_by(|a, b| a.3.task_path.cmp(&b.3.task_path));
+        for (at, task_id, idx, w) in &run {
+            histories[*at].writes.push(w.pending(task_id, *idx));
         }
     }
     Ok(out)
+}
+
+/// A channel asked for, while [`history`] walks.
+struct Wanted<'a> {
+    channel: &'a str,
+    versions: Option<&'a Versions>,
+    seed_depth: Option<usize>,
 }
