@@ -91,7 +91,9 @@ pub async fn ttl_expired_thread_is_invisible(f: &dyn SaverFactory) {
         "before expiry the head's parent seeds `counter`, got {history:?}"
     );
 
-    s.set_thread_ttl("t1", ThreadTtl::Expire(SHORT))
+    // Visible while a TTL runs (checked with a long one: a stalled machine could outlast a
+    // short one between two calls), then gone once a short one has run out.
+    s.set_thread_ttl("t1", ThreadTtl::Expire(LONG))
         .await
         .unwrap();
     assert!(
@@ -100,9 +102,12 @@ pub async fn ttl_expired_thread_is_invisible(f: &dyn SaverFactory) {
     );
     let left = s.thread_ttl("t1").await.unwrap();
     assert!(
-        matches!(left, Some(d) if d > Duration::ZERO && d <= SHORT),
-        "right after Expire(1 s) the time left must be in (0, 1 s], got {left:?}"
+        matches!(left, Some(d) if d > Duration::ZERO && d <= LONG),
+        "right after Expire(60 s) the time left must be in (0, 60 s], got {left:?}"
     );
+    s.set_thread_ttl("t1", ThreadTtl::Expire(SHORT))
+        .await
+        .unwrap();
     tokio::time::sleep(PAST_SHORT).await;
 
     let puts: Vec<Put> = root.iter().chain(&child).cloned().collect();
@@ -285,13 +290,16 @@ pub async fn ttl_pinned_and_default(f: &dyn SaverFactory) {
     put_chain(&*s, "t1", "", 2, "r").await.unwrap();
     let before = list(&*s, ListOptions::thread("t1")).await;
 
-    // From a short expiry, Pinned and Default (none here) both leave the thread without a
-    // TTL: it must not expire.
+    // Replacing an expiry, Pinned and Default (none here) both leave the thread without a
+    // TTL: it must not expire. The expiry replaced is long enough for the replacing call to
+    // come first even on a stalled machine; the check waits until well after it ran out.
+    const EARLIER: Duration = Duration::from_secs(3);
     for (ttl, name) in [
         (ThreadTtl::Pinned, "Pinned"),
         (ThreadTtl::Default, "Default"),
     ] {
-        s.set_thread_ttl("t1", ThreadTtl::Expire(SHORT))
+        let set_at = tokio::time::Instant::now();
+        s.set_thread_ttl("t1", ThreadTtl::Expire(EARLIER))
             .await
             .unwrap();
         s.set_thread_ttl("t1", ttl).await.unwrap();
@@ -300,7 +308,7 @@ pub async fn ttl_pinned_and_default(f: &dyn SaverFactory) {
             None,
             "{name} (without a default TTL) leaves no TTL"
         );
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        tokio::time::sleep_until(set_at + EARLIER + Duration::from_millis(500)).await;
         assert_eq!(
             list(&*s, ListOptions::thread("t1")).await,
             before,
