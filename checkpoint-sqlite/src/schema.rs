@@ -24,7 +24,8 @@ pub(crate) fn with_now(sql: &str) -> String {
 }
 
 /// The migrations, by version (their position). Never edit one that was released: append.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE checkpoints (
     thread_id TEXT NOT NULL,
     checkpoint_ns TEXT NOT NULL,
@@ -246,7 +247,97 @@ BEGIN
     FROM json_each(NEW.write_index) j WHERE NOT NEW.replace;
     INSERT INTO checkpoint_touch VALUES (NEW.thread_id, NEW.default_ttl_ms);
 END;
-"];
+",
+    "
+-- Version 1: the same behaviour for less work per write. A trigger's WHEN clause is checked
+-- before its program runs, so the expiry, fence and TTL steps of a write that has nothing to
+-- expire, no fence and no TTL open no table. A re-put's old metadata index entries go in a
+-- trigger on the checkpoint row's update rather than in a DELETE every put ran (an `IN`
+-- over a subquery builds a temporary b-tree, whether or not the checkpoint existed).
+DROP TRIGGER checkpoint_expire;
+CREATE TRIGGER checkpoint_expire INSTEAD OF INSERT ON checkpoint_expire
+WHEN EXISTS (SELECT 1 FROM checkpoint_threads
+             WHERE thread_id = NEW.thread_id AND expires_at_ms <= NOW_MS)
+BEGIN
+    INSERT INTO checkpoint_forget_thread VALUES (NEW.thread_id);
+END;
+
+DROP TRIGGER checkpoint_fence;
+CREATE TRIGGER checkpoint_fence INSTEAD OF INSERT ON checkpoint_fence
+WHEN NEW.token IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'checkpoint-rs: stale fence')
+    WHERE NEW.token IS NOT coalesce(
+        (SELECT token FROM checkpoint_leases WHERE thread_id = NEW.thread_id), 0);
+END;
+
+-- Only a thread with a row here, or a saver with a default TTL, has a clock to restart.
+DROP TRIGGER checkpoint_touch;
+CREATE TRIGGER checkpoint_touch INSTEAD OF INSERT ON checkpoint_touch
+WHEN NEW.default_ttl_ms IS NOT NULL
+  OR EXISTS (SELECT 1 FROM checkpoint_threads WHERE thread_id = NEW.thread_id)
+BEGIN
+    INSERT INTO checkpoint_threads (thread_id, ttl_ms, expires_at_ms)
+    SELECT NEW.thread_id, NULL, NOW_MS + NEW.default_ttl_ms WHERE NEW.default_ttl_ms IS NOT NULL
+    ON CONFLICT (thread_id) DO UPDATE SET expires_at_ms = CASE
+        WHEN ttl_ms = 0 THEN NULL
+        WHEN ttl_ms > 0 THEN NOW_MS + ttl_ms
+        ELSE excluded.expires_at_ms END;
+    UPDATE checkpoint_threads SET expires_at_ms = NOW_MS + ttl_ms
+    WHERE NEW.default_ttl_ms IS NULL AND thread_id = NEW.thread_id AND ttl_ms > 0;
+END;
+
+-- A checkpoint row's entries change (a re-put): its old index entries go.
+CREATE TRIGGER checkpoint_entries AFTER UPDATE OF entries ON checkpoints
+BEGIN
+    DELETE FROM checkpoint_metadata
+    WHERE entry IN (SELECT value FROM json_each(OLD.entries))
+      AND checkpoint_id = OLD.checkpoint_id AND thread_id = OLD.thread_id
+      AND checkpoint_ns = OLD.checkpoint_ns;
+END;
+
+-- A put, as in version 0 without its DELETE of the old index entries (see
+-- checkpoint_entries).
+DROP TRIGGER checkpoint_put;
+CREATE TRIGGER checkpoint_put INSTEAD OF INSERT ON checkpoint_put
+BEGIN
+    INSERT INTO checkpoint_expire VALUES (NEW.thread_id);
+    INSERT INTO checkpoint_fence VALUES (NEW.thread_id, NEW.fence);
+    SELECT RAISE(ABORT, 'checkpoint-rs: conflict')
+    WHERE NEW.compare_and_set AND NOT EXISTS (
+        SELECT 1 FROM (
+            SELECT max(checkpoint_id) AS head FROM checkpoints
+            WHERE thread_id = NEW.thread_id AND checkpoint_ns = NEW.checkpoint_ns
+        ) h
+        WHERE h.head IS NEW.parent_checkpoint_id
+           OR (h.head = NEW.checkpoint_id AND EXISTS (
+                SELECT 1 FROM checkpoints
+                WHERE thread_id = NEW.thread_id AND checkpoint_ns = NEW.checkpoint_ns
+                  AND checkpoint_id = NEW.checkpoint_id
+                  AND parent_checkpoint_id IS NEW.parent_checkpoint_id))
+    );
+    INSERT OR IGNORE INTO checkpoint_blobs
+        (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT NEW.thread_id, NEW.checkpoint_ns, j.value ->> 0, j.value ->> 1, j.value ->> 2,
+           CASE WHEN j.value ->> 2 IS NULL THEN NULL
+                ELSE coalesce(substr(NEW.value_bytes, j.value ->> 3, j.value ->> 4), X'') END
+    FROM json_each(NEW.value_index) j;
+    INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+        checkpoint, metadata, entries)
+    VALUES (NEW.thread_id, NEW.checkpoint_ns, NEW.checkpoint_id, NEW.parent_checkpoint_id,
+        NEW.checkpoint, NEW.metadata, NEW.entries)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+        parent_checkpoint_id = excluded.parent_checkpoint_id,
+        checkpoint = excluded.checkpoint,
+        metadata = excluded.metadata,
+        entries = excluded.entries;
+    INSERT OR IGNORE INTO checkpoint_metadata (entry, checkpoint_id, thread_id, checkpoint_ns)
+    SELECT j.value, NEW.checkpoint_id, NEW.thread_id, NEW.checkpoint_ns
+    FROM json_each(NEW.entries) j;
+    INSERT INTO checkpoint_touch VALUES (NEW.thread_id, NEW.default_ttl_ms);
+END;
+",
+];
 
 /// Applies every migration not yet recorded, in one `IMMEDIATE` transaction (so concurrent
 /// `setup` calls from several processes serialize), and sets the file to WAL mode.
@@ -295,4 +386,82 @@ pub(crate) async fn setup(conn: &mut SqliteConnection) -> SqliteResult<()> {
     }
     tx.commit().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Executor, SqliteConnection};
+
+    use super::*;
+
+    /// A put through the `checkpoint_put` view of whatever version the file has.
+    async fn put(conn: &mut SqliteConnection, id: &str, entries: &str) {
+        sqlx::query(
+            "INSERT INTO checkpoint_put VALUES ('t', '', ?1, NULL, 0, NULL, '{\"cv\":{}}', \
+             '{}', ?2, '[]', X'', NULL)",
+        )
+        .bind(id)
+        .bind(entries)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    }
+
+    async fn index(conn: &mut SqliteConnection) -> Vec<(String, String)> {
+        sqlx::query_as("SELECT entry, checkpoint_id FROM checkpoint_metadata ORDER BY 1, 2")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_version_0_database_migrates_and_keeps_its_index_right() {
+        let mut conn = SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        conn.execute(sqlx::raw_sql(
+            "CREATE TABLE checkpoint_rs_migrations (
+                v INTEGER PRIMARY KEY,
+                applied_at TEXT NOT NULL DEFAULT (datetime('now'))
+            )",
+        ))
+        .await
+        .unwrap();
+        conn.execute(sqlx::raw_sql(&with_now(MIGRATIONS[0])))
+            .await
+            .unwrap();
+        conn.execute("INSERT INTO checkpoint_rs_migrations (v) VALUES (0)")
+            .await
+            .unwrap();
+        put(&mut conn, "a", r#"["\"k\"1"]"#).await;
+
+        setup(&mut conn).await.unwrap();
+        let versions: Vec<i64> = sqlx::query_scalar("SELECT v FROM checkpoint_rs_migrations")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(versions, [0, 1]);
+        assert_eq!(index(&mut conn).await, [(r#""k"1"#.into(), "a".into())]);
+
+        // A re-put replaces the entries of the checkpoint written before the migration, and
+        // leaves the other checkpoint's alone.
+        put(&mut conn, "b", r#"["\"k\"1"]"#).await;
+        put(&mut conn, "a", r#"["\"k\"2", "\"x\"0"]"#).await;
+        assert_eq!(
+            index(&mut conn).await,
+            [
+                (r#""k"1"#.into(), "b".into()),
+                (r#""k"2"#.into(), "a".into()),
+                (r#""x"0"#.into(), "a".into()),
+            ]
+        );
+        // The same entries again: still indexed once each.
+        put(&mut conn, "a", r#"["\"k\"2", "\"x\"0"]"#).await;
+        assert_eq!(index(&mut conn).await.len(), 3);
+        // Setup again does nothing.
+        setup(&mut conn).await.unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM checkpoint_rs_migrations")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(n, 2);
+    }
 }

@@ -30,7 +30,8 @@ PAGE = 4096
 def schema() -> str:
     src = SCHEMA_RS.read_text()
     body = src.split('const MIGRATIONS: &[&str] = &["', 1)[1].split('"];', 1)[0]
-    return body.replace("NOW_MS", NOW_MS)
+    # The migrations in order, each a string literal of the array.
+    return "\n".join(body.split('", "')).replace("NOW_MS", NOW_MS)
 
 
 def main() -> None:
