@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use checkpoint_core::backend::spawn_sweeper;
+use checkpoint_core::backend::{SweeperStatus, spawn_sweeper_reporting};
 use checkpoint_core::{
     Capabilities, CheckpointConfig, Error, ListOptions, PruneStrategy, PutOptions,
     PutWritesOptions, Result, Saver, ThreadTtl, Timeout, TypedValue,
@@ -83,6 +83,8 @@ pub(crate) struct NativeSaver {
     capabilities: Capabilities,
     /// The `timeout` option.
     timeout: Option<Duration>,
+    /// What the background sweeper did, when there is one; readable after closing too.
+    sweeper: Option<Arc<SweeperStatus>>,
 }
 
 /// What an open `NativeSaver` holds.
@@ -225,9 +227,10 @@ impl NativeSaver {
             ));
         }
         // Backends without thread TTLs refused the option before opening.
-        let sweeper = sweep_interval.map(|every| {
+        let status = sweep_interval.map(|_| Arc::new(SweeperStatus::default()));
+        let sweeper = sweep_interval.zip(status.clone()).map(|(every, status)| {
             let _runtime = runtime().enter();
-            spawn_sweeper(Arc::clone(&stack), every, SWEEP_BATCH)
+            spawn_sweeper_reporting(Arc::clone(&stack), every, SWEEP_BATCH, status)
         });
         Ok(Self {
             description: format!("{inner:?}"),
@@ -240,6 +243,7 @@ impl NativeSaver {
             })),
             compare_and_set,
             timeout,
+            sweeper: status,
         })
     }
 
@@ -289,6 +293,30 @@ impl NativeSaver {
     #[getter]
     fn closed(&self) -> bool {
         self.opened().is_none()
+    }
+
+    /// What the background sweeper did so far, `None` without one: `sweeps`, `failures` and
+    /// `swept` (threads deleted) counts, `last_sweep` and `last_failure` (seconds since the
+    /// Unix epoch, or `None`) and `last_error` (the last failure's message, or `None`).
+    #[getter]
+    fn sweeper<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(status) = &self.sweeper else {
+            return Ok(None);
+        };
+        let report = status.report();
+        let seconds = |at: std::time::SystemTime| {
+            at.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        let dict = PyDict::new(py);
+        dict.set_item("sweeps", report.sweeps)?;
+        dict.set_item("failures", report.failures)?;
+        dict.set_item("swept", report.swept)?;
+        dict.set_item("last_sweep", report.last_sweep.map(seconds))?;
+        let (failed_at, error) = report.last_failure.unzip();
+        dict.set_item("last_failure", failed_at.map(seconds))?;
+        dict.set_item("last_error", error)?;
+        Ok(Some(dict))
     }
 
     /// A tuple (see `convert::tuple_to_py`) or `None`.

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
@@ -232,10 +232,19 @@ def test_the_background_sweeper_deletes_expired_threads(kind, make_store) -> Non
     put_chain(saver, "short", 2)
     put_chain(saver, "kept", 1)
     saver.set_thread_ttl("short", timedelta(seconds=1))
+    started = datetime.now(timezone.utc)
     time.sleep(3.0)  # expired after 1 s; the sweeper ran every 0.5 s since
     assert saver.sweep_expired(100) == 0, "the background sweeper left an expired thread"
     assert saver.get_tuple({"configurable": {"thread_id": "kept"}}) is not None
     assert saver.get_tuple({"configurable": {"thread_id": "short"}}) is None
+    report = saver.sweeper
+    assert report["swept"] == 1 and report["failures"] == 0, report
+    assert report["sweeps"] >= 3, report
+    assert report["last_failure"] is None and report["last_error"] is None, report
+    assert started - timedelta(seconds=1) <= report["last_sweep"] <= datetime.now(timezone.utc)
+    saver.close()
+    assert saver.sweeper["swept"] == 1, "the report stays readable after closing"
+    assert store.saver().sweeper is None
     for bad in (0, -1, float("nan"), float("inf"), 10**400, True):
         with pytest.raises(errors.InvalidInputError, match="sweep_interval_minutes"):
             store.saver(ttl={"sweep_interval_minutes": bad})

@@ -17,7 +17,7 @@
 //!   `put_writes`, for backends without a bulk path;
 //! * [`langgraph`]: reading checkpoints LangGraph's own savers serialized whole;
 //! * [`ReadSource`] and [`ReadOnly`]: a store that is only read, as a [`Saver`](crate::Saver);
-//! * [`thread_ttl_ms`] and [`spawn_sweeper`]: thread retention
+//! * [`thread_ttl_ms`], [`spawn_sweeper`] and [`spawn_sweeper_reporting`]: thread retention
 //!   ([`Capabilities::ttl`](crate::Capabilities::ttl));
 //! * `Warm` (feature `sqlx`): connections kept out of an sqlx pool between a saver's
 //!   operations, sparing the pool's test of every returned connection.
@@ -40,6 +40,8 @@ pub use import::{WriteCall, import_by_put, put_address, write_calls};
 pub use index::{canonical_json, canonical_json_into, digest128};
 pub use paging::{Page, collected_keys, paged, paged_keys, share_values};
 pub use read_only::{ReadOnly, ReadSource};
-pub use retention::{MAX_TTL_MS, spawn_sweeper, thread_ttl_ms};
+pub use retention::{
+    MAX_TTL_MS, SweeperReport, SweeperStatus, spawn_sweeper, spawn_sweeper_reporting, thread_ttl_ms,
+};
 #[cfg(feature = "sqlx")]
 pub use warm::{Conn, Warm, warm};

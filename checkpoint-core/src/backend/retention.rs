@@ -3,8 +3,8 @@
 //!
 //! [`Capabilities::ttl`]: crate::Capabilities::ttl
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use crate::{Error, Result, Saver, ThreadTtl};
 
@@ -39,10 +39,22 @@ pub fn thread_ttl_ms(thread_id: &str, ttl: ThreadTtl) -> Result<Option<u64>> {
 /// threads until a batch comes back short, so no call holds locks for long. Errors are
 /// logged and retried at the next tick. Runs until the handle is aborted or the runtime
 /// stops; a saver without [`Capabilities::ttl`](crate::Capabilities::ttl) ends it at once.
+/// [`spawn_sweeper_reporting`] also keeps counts an application can read.
 pub fn spawn_sweeper<S: Saver + ?Sized>(
     saver: Arc<S>,
     every: Duration,
     batch: usize,
+) -> tokio::task::JoinHandle<()> {
+    spawn_sweeper_reporting(saver, every, batch, Arc::default())
+}
+
+/// [`spawn_sweeper`], recording what each sweep did in `status`: for a health check or a
+/// host language that does not see Rust's `tracing` (the Python binding's `sweeper`).
+pub fn spawn_sweeper_reporting<S: Saver + ?Sized>(
+    saver: Arc<S>,
+    every: Duration,
+    batch: usize,
+    status: Arc<SweeperStatus>,
 ) -> tokio::task::JoinHandle<()> {
     let batch = batch.max(1);
     tokio::spawn(async move {
@@ -53,18 +65,82 @@ pub fn spawn_sweeper<S: Saver + ?Sized>(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            loop {
+            let mut swept = 0;
+            let outcome = loop {
                 match saver.sweep_expired(batch).await {
-                    Ok(n) if n >= batch => continue,
-                    Ok(_) => break,
-                    Err(error) => {
-                        tracing::warn!(%error, "sweeping expired threads failed; retrying at the next tick");
-                        break;
-                    }
+                    Ok(n) if n >= batch => swept += n,
+                    Ok(n) => break Ok(swept + n),
+                    Err(error) => break Err((swept, error)),
                 }
+            };
+            if let Err((_, error)) = &outcome {
+                tracing::warn!(%error, "sweeping expired threads failed; retrying at the next tick");
             }
+            status.record(outcome.map_err(|(swept, error)| (swept, chain(&error))));
         }
     })
+}
+
+/// `error` and its sources, `: `-separated.
+fn chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// What a background sweeper ([`spawn_sweeper_reporting`]) has done so far, shared with the
+/// task that runs it; [`SweeperStatus::report`] reads it.
+#[derive(Debug, Default)]
+pub struct SweeperStatus(Mutex<SweeperReport>);
+
+/// A reading of a [`SweeperStatus`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SweeperReport {
+    /// Sweeps finished (every tick runs one: batches until one comes back short).
+    pub sweeps: u64,
+    /// Of those, the sweeps that ended in an error (retried at the next tick).
+    pub failures: u64,
+    /// Threads deleted in all, by failed sweeps' batches before their error too.
+    pub swept: u64,
+    /// When the last sweep finished.
+    pub last_sweep: Option<SystemTime>,
+    /// When the last failed sweep finished, and its error with its sources; kept after later
+    /// sweeps succeed.
+    pub last_failure: Option<(SystemTime, String)>,
+}
+
+impl SweeperStatus {
+    /// The counts so far.
+    pub fn report(&self) -> SweeperReport {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn record(&self, outcome: std::result::Result<usize, (usize, String)>) {
+        let now = SystemTime::now();
+        let mut report = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        report.sweeps += 1;
+        report.last_sweep = Some(now);
+        let swept = match outcome {
+            Ok(swept) => swept,
+            Err((swept, error)) => {
+                report.failures += 1;
+                report.last_failure = Some((now, error));
+                swept
+            }
+        };
+        report.swept = report
+            .swept
+            .saturating_add(u64::try_from(swept).unwrap_or(u64::MAX));
+    }
 }
 
 #[cfg(test)]

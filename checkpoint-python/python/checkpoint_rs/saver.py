@@ -14,7 +14,7 @@ import json
 import math
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
@@ -214,6 +214,22 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     def closed(self) -> bool:
         """Whether :meth:`close` ran."""
         return self._native.closed
+
+    @property
+    def sweeper(self) -> dict[str, Any] | None:
+        """What the background sweeper (``ttl={"sweep_interval_minutes": ...}``) has done so
+        far, or ``None`` without one: ``sweeps`` (each tick runs one), ``failures`` (sweeps
+        that ended in an error and are retried at the next tick), ``swept`` (threads
+        deleted), ``last_sweep`` and ``last_failure`` (aware UTC datetimes, or ``None``) and
+        ``last_error`` (the last failure's message, kept after later sweeps succeed). For
+        health checks: the sweeper itself never raises. Readable after :meth:`close`."""
+        raw = self._native.sweeper
+        if raw is None:
+            return None
+        for key in ("last_sweep", "last_failure"):
+            if raw[key] is not None:
+                raw[key] = datetime.fromtimestamp(raw[key], timezone.utc)
+        return raw
 
     def __enter__(self) -> RustCheckpointSaver:
         return self

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use checkpoint_core::backend::{SweeperReport, SweeperStatus, spawn_sweeper_reporting};
 use checkpoint_core::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, Error, ListOptions,
     PutOptions, PutWritesOptions, Saver, SaverExt, TypedValue,
@@ -307,6 +308,86 @@ async fn expired_threads_are_invisible_then_swept_and_pinned_ones_stay() {
         .await
         .unwrap();
     assert_eq!(renewed.token, lease.token);
+}
+
+/// Polls `report` until `done` holds (at most 20 s) and returns the report that did.
+async fn wait_for(
+    status: &SweeperStatus,
+    what: &str,
+    done: impl Fn(&SweeperReport) -> bool,
+) -> SweeperReport {
+    let start = std::time::Instant::now();
+    loop {
+        let report = status.report();
+        if done(&report) {
+            return report;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the sweeper never {what}: {report:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_sweeper_reports_failures_and_recovers() {
+    let db = TempDb::new("sweeper");
+    let saver = SqliteSaver::builder(&db.path)
+        .busy_timeout(Duration::from_millis(100))
+        .open()
+        .await
+        .unwrap();
+    for thread in ["a", "b"] {
+        put_step(&saver, &CheckpointConfig::new(thread), None, 0, None)
+            .await
+            .unwrap();
+        saver
+            .set_thread_ttl(thread, ThreadTtl::Expire(Duration::from_millis(1)))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Another connection holds the file's write lock, beyond the saver's busy timeout.
+    let other = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(SqliteConnectOptions::new().filename(&db.path))
+        .await
+        .unwrap();
+    let mut lock = other.begin_with("BEGIN EXCLUSIVE").await.unwrap();
+    sqlx::query("INSERT INTO checkpoint_threads (thread_id, ttl_ms) VALUES ('other', 0)")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+
+    let status = Arc::new(SweeperStatus::default());
+    let sweeper = spawn_sweeper_reporting(
+        Arc::new(saver.clone()),
+        Duration::from_millis(20),
+        1,
+        Arc::clone(&status),
+    );
+    let failed = wait_for(&status, "failed", |r| r.failures >= 1).await;
+    assert_eq!(failed.swept, 0, "{failed:?}");
+    let (at, error) = failed.last_failure.clone().unwrap();
+    assert!(Some(at) <= failed.last_sweep, "{failed:?}");
+    assert!(
+        error.contains("locked") || error.contains("busy"),
+        "{error}"
+    );
+    assert_eq!(count(&saver, "checkpoints").await, 2, "nothing deleted yet");
+
+    lock.rollback().await.unwrap();
+    // Batches of one: a sweep goes on while batches come back full.
+    let done = wait_for(&status, "swept both threads", |r| r.swept >= 2).await;
+    assert_eq!(done.swept, 2, "{done:?}");
+    assert!(done.sweeps > done.failures, "{done:?}");
+    assert!(
+        done.failures >= failed.failures && done.last_failure.is_some(),
+        "failures stay reported after sweeps succeed: {done:?}"
+    );
+    assert_eq!(count(&saver, "checkpoints").await, 0);
+    sweeper.abort();
 }
 
 #[tokio::test]
