@@ -17,6 +17,7 @@ import collections
 import json
 import os
 import pathlib
+import re
 import sqlite3
 import struct
 import tempfile
@@ -29,9 +30,10 @@ PAGE = 4096
 
 def schema() -> str:
     src = SCHEMA_RS.read_text()
-    body = src.split('const MIGRATIONS: &[&str] = &["', 1)[1].split('"];', 1)[0]
-    # The migrations in order, each a string literal of the array.
-    return "\n".join(body.split('", "')).replace("NOW_MS", NOW_MS)
+    body = src.split("const MIGRATIONS: &[&str] = &[", 1)[1].split("\n];", 1)[0]
+    # The migrations in order, each a string literal of the array (no escapes inside).
+    migrations = re.findall(r'"([^"\\]*)"', body)
+    return "\n".join(migrations).replace("NOW_MS", NOW_MS)
 
 
 def main() -> None:
