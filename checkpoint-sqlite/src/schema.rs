@@ -453,9 +453,19 @@ mod tests {
                 (r#""x"0"#.into(), "a".into()),
             ]
         );
-        // The same entries again: still indexed once each.
+        // The same entries again: still indexed once each; and a checkpoint first written
+        // after the migration is put again.
         put(&mut conn, "a", r#"["\"k\"2", "\"x\"0"]"#).await;
         assert_eq!(index(&mut conn).await.len(), 3);
+        put(&mut conn, "b", r#"["\"y\"1"]"#).await;
+        assert_eq!(
+            index(&mut conn).await,
+            [
+                (r#""k"2"#.into(), "a".into()),
+                (r#""x"0"#.into(), "a".into()),
+                (r#""y"1"#.into(), "b".into()),
+            ]
+        );
         // Setup again does nothing.
         setup(&mut conn).await.unwrap();
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM checkpoint_rs_migrations")
