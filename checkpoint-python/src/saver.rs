@@ -295,20 +295,27 @@ impl NativeSaver {
         self.opened().is_none()
     }
 
-    /// What the background sweeper did so far, `None` without one: `sweeps`, `failures` and
-    /// `swept` (threads deleted) counts, `last_sweep` and `last_failure` (seconds since the
-    /// Unix epoch, or `None`) and `last_error` (the last failure's message, or `None`).
+    /// What the background sweeper did so far, `None` without one: whether its task still
+    /// runs (`running`: false once closed, or had it ended), `sweeps`, `failures` and `swept`
+    /// (threads deleted) counts, `last_sweep` and `last_failure` (seconds since the Unix
+    /// epoch, or `None`) and `last_error` (the last failure's message, or `None`).
     #[getter]
     fn sweeper<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let Some(status) = &self.sweeper else {
             return Ok(None);
         };
+        let running = self
+            .opened()
+            .as_ref()
+            .and_then(|o| o.sweeper.as_ref())
+            .is_some_and(|task| !task.is_finished());
         let report = status.report();
         let seconds = |at: std::time::SystemTime| {
             at.duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64())
         };
         let dict = PyDict::new(py);
+        dict.set_item("running", running)?;
         dict.set_item("sweeps", report.sweeps)?;
         dict.set_item("failures", report.failures)?;
         dict.set_item("swept", report.swept)?;

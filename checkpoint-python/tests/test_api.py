@@ -238,12 +238,13 @@ def test_the_background_sweeper_deletes_expired_threads(kind, make_store) -> Non
     assert saver.get_tuple({"configurable": {"thread_id": "kept"}}) is not None
     assert saver.get_tuple({"configurable": {"thread_id": "short"}}) is None
     report = saver.sweeper
-    assert report["swept"] == 1 and report["failures"] == 0, report
+    assert report["running"] and report["swept"] == 1 and report["failures"] == 0, report
     assert report["sweeps"] >= 3, report
     assert report["last_failure"] is None and report["last_error"] is None, report
     assert started - timedelta(seconds=1) <= report["last_sweep"] <= datetime.now(timezone.utc)
     saver.close()
-    assert saver.sweeper["swept"] == 1, "the report stays readable after closing"
+    closed = saver.sweeper
+    assert closed["swept"] == 1 and not closed["running"], "readable after closing"
     assert store.saver().sweeper is None
     for bad in (0, -1, float("nan"), float("inf"), 10**400, True):
         with pytest.raises(errors.InvalidInputError, match="sweep_interval_minutes"):

@@ -81,13 +81,17 @@ pub fn spawn_sweeper_reporting<S: Saver + ?Sized>(
     })
 }
 
-/// `error` and its sources, `: `-separated.
+/// `error` and its sources, `: `-separated; a source whose text its error already shows
+/// (as sqlx's database errors do) is not repeated.
 fn chain(error: &Error) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let shown = cause.to_string();
+        if !text.ends_with(&shown) {
+            text.push_str(": ");
+            text.push_str(&shown);
+        }
         source = cause.source();
     }
     text

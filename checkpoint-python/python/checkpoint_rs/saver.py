@@ -218,11 +218,14 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     @property
     def sweeper(self) -> dict[str, Any] | None:
         """What the background sweeper (``ttl={"sweep_interval_minutes": ...}``) has done so
-        far, or ``None`` without one: ``sweeps`` (each tick runs one), ``failures`` (sweeps
-        that ended in an error and are retried at the next tick), ``swept`` (threads
-        deleted), ``last_sweep`` and ``last_failure`` (aware UTC datetimes, or ``None``) and
+        far, or ``None`` without one: ``running`` (whether its task still runs; ``False``
+        after :meth:`close`), ``sweeps`` (each tick runs one), ``failures`` (sweeps that
+        ended in an error and are retried at the next tick), ``swept`` (threads deleted),
+        ``last_sweep`` and ``last_failure`` (aware UTC datetimes, or ``None``) and
         ``last_error`` (the last failure's message, kept after later sweeps succeed). For
-        health checks: the sweeper itself never raises. Readable after :meth:`close`."""
+        health checks, since the sweeper itself never raises: a ``last_sweep`` much older
+        than the interval means a sweep is still waiting on the store. Readable after
+        :meth:`close`."""
         raw = self._native.sweeper
         if raw is None:
             return None
