@@ -310,7 +310,7 @@ async fn expired_threads_are_invisible_then_swept_and_pinned_ones_stay() {
     assert_eq!(renewed.token, lease.token);
 }
 
-/// Polls `report` until `done` holds (at most 20 s) and returns the report that did.
+/// Polls `status` until its report satisfies `done` (at most 20 s) and returns that report.
 async fn wait_for(
     status: &SweeperStatus,
     what: &str,
@@ -374,6 +374,11 @@ async fn a_background_sweeper_reports_failures_and_recovers() {
     assert!(
         error.contains("locked") || error.contains("busy"),
         "{error}"
+    );
+    assert_eq!(
+        error.matches("database is locked").count(),
+        1,
+        "the error and its sources, each cause once: {error}"
     );
     assert_eq!(count(&saver, "checkpoints").await, 2, "nothing deleted yet");
 
