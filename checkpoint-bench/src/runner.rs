@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use checkpoint_core::{Error, now_iso8601};
+use checkpoint_core::now_iso8601;
 
 use crate::backend::Backend;
 use crate::payload::Payloads;
@@ -71,7 +71,7 @@ pub async fn run(backend: &dyn Backend, params: &Params) -> RunReport {
         }
     }
     if let Err(e) = backend.teardown().await {
-        errors.push(format!("teardown: {}", chain(&e)));
+        errors.push(format!("teardown: {}", e.chain()));
     }
     let all: Vec<&Figures> = repetitions.iter().map(|r| &r.figures).collect();
     RunReport {
@@ -115,16 +115,6 @@ fn check_params(p: &Params) -> Result<(), String> {
         Some((name, _)) => Err(format!("parameter {name} must be at least 1")),
         None => Ok(()),
     }
-}
-
-fn chain(e: &Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        s.push_str(&format!(": {c}"));
-        cause = c.source();
-    }
-    s
 }
 
 fn progress(backend: &str, params: &Params, f: &Figures, rep: usize) {

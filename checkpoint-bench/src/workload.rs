@@ -68,13 +68,7 @@ pub struct BenchError {
 
 impl fmt::Display for BenchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.context, self.source)?;
-        let mut cause = std::error::Error::source(&self.source);
-        while let Some(c) = cause {
-            write!(f, ": {c}")?;
-            cause = c.source();
-        }
-        Ok(())
+        write!(f, "{}: {}", self.context, self.source.chain())
     }
 }
 

@@ -131,6 +131,23 @@ impl Error {
         matches!(self, Error::Unavailable { .. })
     }
 
+    /// The error's message and its sources', `: `-separated: what to log or show where only
+    /// text travels. A source whose text already ends the message (sqlx's database errors
+    /// print theirs) is not repeated.
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let shown = cause.to_string();
+            if !text.ends_with(&shown) {
+                text.push_str(": ");
+                text.push_str(&shown);
+            }
+            source = cause.source();
+        }
+        text
+    }
+
     /// A stable, lower-case name of the variant (`"conflict"`, `"unavailable"`, ...), for
     /// logs, metrics and bindings that map errors to their own types.
     pub fn kind(&self) -> &'static str {
@@ -170,5 +187,36 @@ impl Error {
             reason: reason.into(),
             source: Some(source.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver error that prints its cause in its own message, as sqlx's database errors do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("error returned from database: {0}")]
+    struct Driver(#[source] std::io::Error);
+
+    #[test]
+    fn chain_shows_every_cause_once() {
+        let e = Error::Backend {
+            backend: "sqlite",
+            source: Box::new(Driver(std::io::Error::other("database is locked"))),
+        };
+        assert_eq!(
+            e.chain(),
+            format!("{e}: error returned from database: database is locked")
+        );
+        let plain = Error::Backend {
+            backend: "sqlite",
+            source: Box::new(std::io::Error::other("disk full")),
+        };
+        assert_eq!(plain.chain(), format!("{plain}: disk full"));
+        assert_eq!(
+            Error::invalid("bad").chain(),
+            Error::invalid("bad").to_string()
+        );
     }
 }

@@ -3,8 +3,6 @@
 //! exception a caller expects: `InvalidInputError` is a `ValueError`, `ConflictError` a
 //! `RuntimeError`, `UnsupportedError` a `NotImplementedError`, ...).
 
-use std::error::Error as _;
-
 use checkpoint_core::Error;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -23,13 +21,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Unavailable { .. } => "UnavailableError",
         _ => "BackendError",
     };
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
+    let message = err.chain();
     Python::attach(|py| {
         let raised = (|| -> PyResult<PyErr> {
             let class = py.import("checkpoint_rs.errors")?.getattr(class)?;

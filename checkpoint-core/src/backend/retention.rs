@@ -73,28 +73,13 @@ pub fn spawn_sweeper_reporting<S: Saver + ?Sized>(
                     Err(error) => break Err((swept, error)),
                 }
             };
-            if let Err((_, error)) = &outcome {
+            status.record(outcome.map_err(|(swept, error)| {
+                let error = error.chain();
                 tracing::warn!(%error, "sweeping expired threads failed; retrying at the next tick");
-            }
-            status.record(outcome.map_err(|(swept, error)| (swept, chain(&error))));
+                (swept, error)
+            }));
         }
     })
-}
-
-/// `error` and its sources, `: `-separated; a source whose text its error already shows
-/// (as sqlx's database errors do) is not repeated.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let shown = cause.to_string();
-        if !text.ends_with(&shown) {
-            text.push_str(": ");
-            text.push_str(&shown);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// What a background sweeper ([`spawn_sweeper_reporting`]) has done so far, shared with the
