@@ -19,7 +19,7 @@ pub(crate) async fn delete_thread(inner: &Inner, thread_id: &str) -> Result<()> 
     if thread_id.is_empty() || !storable(thread_id) {
         return Ok(());
     }
-    warm!(inner.warm, |conn| sqlx::query(sql::DELETE_THREAD)
+    warm!(idempotent inner.warm, |conn| sqlx::query(sql::DELETE_THREAD)
         .bind(thread_id)
         .execute(conn))
     .map_err(classify)?;
@@ -36,12 +36,13 @@ pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Re
     }
     // An expired target is emptied first, so the copy does not bring its old rows back.
     write_live(inner, &[target], || async {
-        let expired: bool = warm!(inner.warm, |conn| sqlx::query_scalar(sql::COPY_THREAD)
+        let expired: bool =
+            warm!(idempotent inner.warm, |conn| sqlx::query_scalar(sql::COPY_THREAD)
             .bind(source)
             .bind(target)
             .bind(inner.default_ttl_ms)
             .fetch_one(conn))
-        .map_err(classify)?;
+            .map_err(classify)?;
         Ok((expired, ()))
     })
     .await
@@ -61,14 +62,16 @@ pub(crate) async fn prune(
         return Ok(());
     }
     let keep = strategy.keep_per_namespace();
-    let query = if keep == 0 {
-        sqlx::query(sql::PRUNE_ALL).bind(&threads)
-    } else {
-        sqlx::query(sql::PRUNE_KEEP)
-            .bind(&threads)
-            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+    let query = || {
+        if keep == 0 {
+            sqlx::query(sql::PRUNE_ALL).bind(&threads)
+        } else {
+            sqlx::query(sql::PRUNE_KEEP)
+                .bind(&threads)
+                .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+        }
     };
-    warm!(inner.warm, |conn| query.execute(conn)).map_err(classify)?;
+    warm!(idempotent inner.warm, |conn| query().execute(conn)).map_err(classify)?;
     Ok(())
 }
 
@@ -81,7 +84,7 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
     if runs.is_empty() {
         return Ok(());
     }
-    warm!(inner.warm, |conn| sqlx::query(sql::DELETE_FOR_RUNS)
+    warm!(idempotent inner.warm, |conn| sqlx::query(sql::DELETE_FOR_RUNS)
         .bind(&runs)
         .execute(conn))
     .map_err(classify)?;
@@ -112,7 +115,7 @@ pub(crate) async fn thread_ttl(inner: &Inner, thread_id: &str) -> Result<Option<
     if thread_id.is_empty() || !storable(thread_id) {
         return Ok(None);
     }
-    let left: Option<i64> = warm!(inner.warm, |conn| sqlx::query_scalar(sql::THREAD_TTL)
+    let left: Option<i64> = warm!(idempotent inner.warm, |conn| sqlx::query_scalar(sql::THREAD_TTL)
         .bind(thread_id)
         .fetch_optional(conn))
     .map_err(classify)?;

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use checkpoint_core::backend::LostConnections;
 use sqlx::Transaction;
 use sqlx::postgres::{PgPool, Postgres};
 
@@ -33,12 +34,13 @@ impl Inner {
     /// A saver's state over `pool`.
     pub(crate) fn new(
         pool: PgPool,
+        lost: Arc<LostConnections>,
         schema: Option<String>,
         default_ttl_ms: Option<i64>,
         refresh_on_read: bool,
     ) -> Self {
         Self {
-            warm: Arc::new(Warm::new(pool)),
+            warm: Arc::new(Warm::with_lost_connections(pool, lost)),
             schema,
             default_ttl_ms,
             refresh_on_read,
@@ -53,7 +55,22 @@ pub(crate) type Warm = checkpoint_core::backend::Warm<Postgres>;
 /// Awaits `$run`, one sqlx call on `$conn: &mut PgConnection`, on a connection of `$warm`
 /// (an `Arc<Warm>`), which stays warm if the call succeeds; failing to get a connection
 /// returns the classified error from the enclosing function.
+///
+/// `warm!(idempotent ...)` is for a call that may run twice with the same outcome (a read,
+/// an upsert): one whose connection turned out dead ([`connection_lost`]) runs once more
+/// on another connection, so a server restart or failover does not fail one call per
+/// pooled connection.
+///
+/// [`connection_lost`]: crate::error::connection_lost
 macro_rules! warm {
+    (idempotent $warm:expr, |$conn:ident| $run:expr) => {
+        checkpoint_core::backend::warm!(
+            $warm,
+            $crate::error::classify,
+            retry_if $crate::error::connection_lost,
+            |$conn| $run
+        )
+    };
     ($warm:expr, |$conn:ident| $run:expr) => {
         checkpoint_core::backend::warm!($warm, $crate::error::classify, |$conn| $run)
     };

@@ -44,6 +44,20 @@ fn transient_sqlstate(code: &str) -> bool {
         || code == "57014" // query_canceled (statement timeout)
 }
 
+/// Whether a call failed because its connection was dead or died under it: the socket
+/// failed or reached its end, or the server ended the session (shutdown, crash recovery,
+/// `pg_terminate_backend`, a connection exception). Such a call did not commit, or (its
+/// answer lost) committed a statement that an idempotent call may run again.
+pub(crate) fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code == "57P01" || code == "57P02"),
+        _ => false,
+    }
+}
+
 /// SQLSTATE codes that mean the input cannot be stored.
 fn input_sqlstate(code: &str) -> bool {
     code == "22P05" // untranslatable_character (NUL in text/jsonb)

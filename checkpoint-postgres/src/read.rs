@@ -37,14 +37,14 @@ pub(crate) async fn get_tuple(
     }
     let rows = match &config.checkpoint_id {
         Some(id) => {
-            warm!(inner.warm, |conn| sqlx::query(sql::GET_BY_ID)
+            warm!(idempotent inner.warm, |conn| sqlx::query(sql::GET_BY_ID)
                 .bind(&config.thread_id)
                 .bind(&config.checkpoint_ns)
                 .bind(id)
                 .fetch_all(conn))
         }
         None => {
-            warm!(inner.warm, |conn| sqlx::query(sql::GET_LATEST)
+            warm!(idempotent inner.warm, |conn| sqlx::query(sql::GET_LATEST)
                 .bind(&config.thread_id)
                 .bind(&config.checkpoint_ns)
                 .fetch_all(conn))
@@ -54,7 +54,7 @@ pub(crate) async fn get_tuple(
     let mut tuples = decode_page(&rows)?;
     legacy_sends(&inner.warm, &mut tuples).await?;
     if inner.refresh_on_read && !tuples.is_empty() {
-        warm!(inner.warm, |conn| sqlx::query(sql::REFRESH_TTL)
+        warm!(idempotent inner.warm, |conn| sqlx::query(sql::REFRESH_TTL)
             .bind(&config.thread_id)
             .bind(inner.default_ttl_ms)
             .execute(conn))
@@ -74,8 +74,8 @@ pub(crate) fn list_threads(inner: &Inner) -> BoxStream<'static, Result<String>> 
     checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
         let warm = Arc::clone(&warm);
         async move {
-            warm!(warm, |conn| sqlx::query_scalar(sql::LIST_THREADS)
-                .bind(after.unwrap_or_default())
+            warm!(idempotent warm, |conn| sqlx::query_scalar(sql::LIST_THREADS)
+                .bind(after.as_deref().unwrap_or_default())
                 .bind(i64::try_from(want).unwrap_or(i64::MAX))
                 .fetch_all(conn))
             .map_err(classify)
@@ -208,8 +208,15 @@ fn page_query(
 }
 
 async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
-    let mut qb = page_query(&st.opts, st.mode, st.cursor.as_ref(), want);
-    let rows = warm!(st.warm, |conn| qb.build().fetch_all(conn)).map_err(classify)?;
+    let rows = warm!(idempotent st.warm, |conn| page_query(
+        &st.opts,
+        st.mode,
+        st.cursor.as_ref(),
+        want
+    )
+    .build()
+    .fetch_all(conn))
+    .map_err(classify)?;
     let mut page = decode_page(&rows).map_err(Error::from)?;
     legacy_sends(&st.warm, &mut page).await?;
     if let Some(t) = page.last() {
@@ -231,7 +238,7 @@ async fn legacy_sends(warm: &Arc<Warm>, tuples: &mut [CheckpointTuple]) -> Resul
         let Some(parent) = legacy::sends_parent(tuple).cloned() else {
             continue;
         };
-        let rows = warm!(warm, |conn| sqlx::query(sql::PARENT_SENDS)
+        let rows = warm!(idempotent warm, |conn| sqlx::query(sql::PARENT_SENDS)
             .bind(&parent.thread_id)
             .bind(&parent.checkpoint_ns)
             .bind(parent.checkpoint_id.as_deref())
@@ -265,7 +272,7 @@ pub(crate) async fn delta_channel_history(
         return Ok(out);
     }
     let wanted: Vec<&str> = out.keys().map(String::as_str).collect();
-    let rows = warm!(inner.warm, |conn| sqlx::query(sql::DELTA_HISTORY)
+    let rows = warm!(idempotent inner.warm, |conn| sqlx::query(sql::DELTA_HISTORY)
         .bind(&config.thread_id)
         .bind(&config.checkpoint_ns)
         .bind(config.checkpoint_id.as_deref())

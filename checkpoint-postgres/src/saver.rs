@@ -86,7 +86,13 @@ impl PostgresSaver {
     /// 250 ms for one when the saver is idle and up to 1 s when it is busy; give each
     /// saver a pool of its own, or one with connections to spare, when that matters.
     pub fn from_pool(pool: PgPool) -> Self {
-        Self::from_inner(Inner::new(pool, None, None, false))
+        Self::from_inner(Inner::new(
+            pool,
+            checkpoint_core::backend::LostConnections::new(),
+            None,
+            None,
+            false,
+        ))
     }
 
     /// The pool.

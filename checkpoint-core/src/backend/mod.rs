@@ -44,4 +44,4 @@ pub use retention::{
     MAX_TTL_MS, SweeperReport, SweeperStatus, spawn_sweeper, spawn_sweeper_reporting, thread_ttl_ms,
 };
 #[cfg(feature = "sqlx")]
-pub use warm::{Conn, Warm, warm};
+pub use warm::{Conn, LostConnections, Warm, warm};

@@ -39,9 +39,70 @@ const OUT_AT_MOST: Duration = Duration::from_secs(1);
 ///
 /// Warm connections stay counted by the pool (`Pool::size`, not `Pool::num_idle`) and
 /// bounded by its size.
+///
+/// A server restart or failover closes every connection at once, and the pool learns of
+/// each dead one only when a call fails on it. [`warm!`]'s `retry_if` form runs a call that
+/// may safely run twice once more when its connection turned out dead, after handing every
+/// warm connection back (the pool tests them) and recording the moment in the
+/// [`LostConnections`] that the pool's `before_acquire` hook can consult, so the retry gets
+/// a connection that answers.
 pub struct Warm<DB: Database> {
     pool: Pool<DB>,
     idle: Mutex<Idle<DB>>,
+    lost: Arc<LostConnections>,
+}
+
+/// When one of a pool's connections was last found dead, shared between a [`Warm`] and the
+/// pool's `before_acquire` hook.
+///
+/// Whatever killed that connection (a server restart, a failover, a proxy's reset) may have
+/// killed every connection that sat idle at the time, so those are worth a ping before
+/// their next use; a connection that went idle after the loss was tested on its way back to
+/// the pool, or opened since.
+///
+/// ```ignore
+/// let lost = LostConnections::new();
+/// let hook = Arc::clone(&lost);
+/// let pool = PgPoolOptions::new()
+///     .test_before_acquire(false)
+///     .before_acquire(move |conn, meta| {
+///         let ping = hook.idle_since_before(meta.idle_for);
+///         Box::pin(async move {
+///             if ping {
+///                 sqlx::Connection::ping(conn).await?;
+///             }
+///             Ok(true)
+///         })
+///     })
+///     .connect_lazy(url)?;
+/// let warm = Warm::with_lost_connections(pool, lost);
+/// ```
+#[derive(Debug, Default)]
+pub struct LostConnections {
+    last: Mutex<Option<Instant>>,
+}
+
+impl LostConnections {
+    /// A clock with no loss recorded.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Records that a connection was found dead just now.
+    pub fn record(&self) {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// Whether a connection idle for `idle_for` has been idle since before the last loss
+    /// (or since before this process could tell).
+    pub fn idle_since_before(&self, idle_for: Duration) -> bool {
+        let last = *self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        last.is_some_and(|last| {
+            Instant::now()
+                .checked_sub(idle_for)
+                .is_none_or(|went_idle| went_idle <= last)
+        })
+    }
 }
 
 impl<DB: Database> std::fmt::Debug for Warm<DB> {
@@ -85,6 +146,12 @@ impl<DB: Database> WarmConn<DB> {
 impl<DB: Database> Warm<DB> {
     /// Warm connections of `pool`.
     pub fn new(pool: Pool<DB>) -> Self {
+        Self::with_lost_connections(pool, LostConnections::new())
+    }
+
+    /// Warm connections of `pool`, recording lost connections in `lost` (which the pool's
+    /// `before_acquire` hook may consult; see [`LostConnections`]).
+    pub fn with_lost_connections(pool: Pool<DB>, lost: Arc<LostConnections>) -> Self {
         Self {
             pool,
             idle: Mutex::new(Idle {
@@ -93,7 +160,17 @@ impl<DB: Database> Warm<DB> {
                 returning: false,
                 runtime: None,
             }),
+            lost,
         }
+    }
+
+    /// A call failed because its connection was dead: records the moment and hands every
+    /// warm connection back to the pool, which tests each one, so the next call does not
+    /// meet one that died the same way.
+    pub fn connection_lost(&self, error: &dyn std::fmt::Display) {
+        tracing::debug!(error = %error, "a pooled connection was dead");
+        self.lost.record();
+        self.hand_back_all();
     }
 
     /// The pool.
@@ -392,13 +469,34 @@ impl<DB: Database> DerefMut for Conn<DB> {
 /// call's `Result<_, sqlx::Error>`; failing to get a connection returns
 /// `Err($classify(error))` from the enclosing function.
 ///
+/// With `retry_if $lost` (a `fn(&sqlx::Error) -> bool` saying the connection was dead),
+/// for a call that may run twice (a read, an idempotent write): when `$lost` holds for its
+/// error, [`Warm::connection_lost`] runs and `$run` is evaluated and awaited once more, on
+/// another connection.
+///
 /// ```ignore
 /// let rows = warm!(inner.warm, classify, |conn| sqlx::query(SQL).bind(id).fetch_all(conn))
 ///     .map_err(classify)?;
+/// let rows = warm!(inner.warm, classify, retry_if lost, |conn| sqlx::query(SQL)
+///     .bind(id)
+///     .fetch_all(conn))
+/// .map_err(classify)?;
 /// ```
 #[macro_export]
 #[doc(hidden)]
 macro_rules! __warm {
+    ($warm:expr, $classify:path, retry_if $lost:path, |$conn:ident| $run:expr) => {{
+        let mut retried = false;
+        loop {
+            match $crate::backend::warm!($warm, $classify, |$conn| $run) {
+                Err(e) if !retried && $lost(&e) => {
+                    retried = true;
+                    $warm.connection_lost(&e);
+                }
+                out => break out,
+            }
+        }
+    }};
     ($warm:expr, $classify:path, |$conn:ident| $run:expr) => {{
         let mut warm_conn = $warm.acquire().await.map_err($classify)?;
         let out = {
@@ -562,6 +660,72 @@ mod tests {
         );
         assert!(warm.idle().conns.is_empty(), "kept warm after a failure");
         all_back(&pool).await;
+    }
+
+    /// Whether `e` is the error a missing table gives: the stand-in for a dead connection.
+    fn no_such_table(e: &sqlx::Error) -> bool {
+        e.to_string().contains("no such table")
+    }
+
+    /// One statement through `warm!` with `retry_if`: `first` on the first attempt,
+    /// `SELECT 1` after; how many attempts ran.
+    async fn retried(
+        warm: &Arc<Warm<Sqlite>>,
+        first: &'static str,
+    ) -> (Result<(), sqlx::Error>, usize) {
+        let mut attempts = 0;
+        let out = async {
+            warm!(warm, std::convert::identity, retry_if no_such_table, |conn| {
+                attempts += 1;
+                sqlx::query(if attempts == 1 { first } else { "SELECT 1" }).execute(conn)
+            })
+            .map(|_| ())
+        }
+        .await;
+        (out, attempts)
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_connection_was_lost_runs_once_more() {
+        let pool = pool(2).await;
+        let lost = LostConnections::new();
+        let warm = Arc::new(Warm::with_lost_connections(pool.clone(), Arc::clone(&lost)));
+        // Two warm connections, then a call that fails the way a dead connection does.
+        let (a, b) = tokio::join!(warm.acquire(), warm.acquire());
+        a.unwrap().done();
+        b.unwrap().done();
+        assert_eq!(warm.idle().conns.len(), 2);
+        assert!(!lost.idle_since_before(Duration::from_secs(3600)));
+        let (out, attempts) = retried(&warm, "SELECT * FROM no_such_table").await;
+        out.unwrap();
+        assert_eq!(attempts, 2, "not run again");
+        // The loss is recorded for connections that were idle at the time, not for later ones.
+        assert!(lost.idle_since_before(Duration::from_secs(1)));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!lost.idle_since_before(Duration::from_millis(5)));
+        // The warm connections went back to the pool: only the retry's own is warm now.
+        assert_eq!(warm.idle().conns.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn only_a_lost_connection_is_retried_and_only_once() {
+        let pool = pool(2).await;
+        let warm = Arc::new(Warm::new(pool));
+        // Another error: returned as it is, after one attempt.
+        let (out, attempts) = retried(&warm, "SELECT * FROM").await;
+        assert!(out.is_err());
+        assert_eq!(attempts, 1);
+        // A loss on the retry too: its error, after two attempts.
+        let mut attempts = 0;
+        let out = async {
+            warm!(warm, std::convert::identity, retry_if no_such_table, |conn| {
+                attempts += 1;
+                sqlx::query("SELECT * FROM no_such_table").execute(conn)
+            })
+        }
+        .await;
+        assert!(out.is_err_and(|e| no_such_table(&e)));
+        assert_eq!(attempts, 2);
     }
 
     #[test]
