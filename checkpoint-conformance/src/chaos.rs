@@ -35,7 +35,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use checkpoint_core::{CheckpointConfig, CheckpointTuple, Error, Saver};
+use checkpoint_core::{
+    CheckpointConfig, CheckpointMetadata, CheckpointTuple, Error, ListOptions, PutOptions, Saver,
+    SaverExt,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -351,6 +354,87 @@ where
     .await?;
     report.restarts = done;
     Ok(report)
+}
+
+/// Checks that a server restart costs no call an error once the server is back: twice,
+/// with `connections` connections open (as many reads at once) and then idle for no time
+/// (warm, for savers that keep them) and for 600 ms, `restart` stops the server and starts
+/// it again, returning once it accepts connections; then a read of the latest checkpoint,
+/// a compare-and-set put, its `put_writes`, a list of the thread, a delta history and
+/// `connections` reads at once must all succeed. A saver learns that its pooled connections
+/// died only by using them: this holds when it retries a call that may run twice on
+/// another connection, and checks the others, once it finds one dead.
+pub async fn calls_succeed_after_restarts<F, Fut>(
+    saver: &dyn Saver,
+    connections: usize,
+    mut restart: F,
+) -> Result<(), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    const THREAD: &str = "restart-calls";
+    let latest = CheckpointConfig::new(THREAD);
+    crate::fixtures::put_child(saver, &latest)
+        .await
+        .map_err(|e| format!("the first put failed: {e}"))?;
+    for idle in [Duration::ZERO, Duration::from_millis(600)] {
+        let reads = futures::future::join_all((0..connections).map(|_| saver.get_tuple(&latest)));
+        for read in reads.await {
+            read.map_err(|e| format!("a read before the restart failed: {e}"))?;
+        }
+        tokio::time::sleep(idle).await;
+        restart().await?;
+        let mut errors: Vec<String> = Vec::new();
+        let mut note = |call: &str, r: checkpoint_core::Result<()>| {
+            if let Err(e) = r {
+                errors.push(format!("{call}: {}", e.chain()));
+            }
+        };
+        match saver.get_tuple(&latest).await {
+            Ok(Some(head)) => {
+                let (checkpoint, versions) = crate::fixtures::step(
+                    Some(&head.checkpoint),
+                    &[("a", Some(crate::fixtures::val(serde_json::json!(2))))],
+                );
+                let put = saver
+                    .put(
+                        &head.config,
+                        checkpoint,
+                        CheckpointMetadata::new(),
+                        versions,
+                        PutOptions::compare_and_set(),
+                    )
+                    .await;
+                match put {
+                    Ok(child) => note(
+                        "put_writes",
+                        crate::fixtures::put_two_writes(saver, &child, "task").await,
+                    ),
+                    Err(e) => note("put", Err(e)),
+                }
+            }
+            Ok(None) => note("get_tuple", Err(Error::invalid("the thread was not found"))),
+            Err(e) => note("get_tuple", Err(e)),
+        }
+        let list = saver.list_all(ListOptions::thread(THREAD)).await;
+        note("list", list.map(|_| ()));
+        let history = saver
+            .delta_channel_history(&latest, &["a".to_owned()])
+            .await;
+        note("delta_channel_history", history.map(|_| ()));
+        let reads = futures::future::join_all((0..connections).map(|_| saver.get_tuple(&latest)));
+        for read in reads.await {
+            note("concurrent get_tuple", read.map(|_| ()));
+        }
+        if !errors.is_empty() {
+            return Err(format!(
+                "after a restart with connections idle for {idle:?}, calls failed:\n{}",
+                errors.join("\n")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Runs the writers while `inject` injects one fault per call, until it answers `false`;

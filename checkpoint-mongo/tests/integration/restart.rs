@@ -122,24 +122,34 @@ impl Drop for PrivateServer {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_writes_survive_server_kills() {
+/// A started private server and a set-up saver on it, or `None` (skipped) where the
+/// server's executable is not given and none is required.
+async fn private_saver(options: &str) -> Option<(PrivateServer, MongoSaver)> {
     let Some(exe) = std::env::var_os("CHECKPOINT_TEST_SECANTUSD").map(PathBuf::from) else {
         assert!(
             !checkpoint_conformance::servers_required(),
             "CHECKPOINT_TEST_SECANTUSD is required (scripts/services/mongo.sh exports it)"
         );
         eprintln!("SKIPPED: CHECKPOINT_TEST_SECANTUSD is not set");
-        return;
+        return None;
     };
     let server = PrivateServer::new(exe).unwrap();
     server.spawn().unwrap();
     server.ready().await.unwrap();
-    let client = Client::with_options(ClientOptions::parse(server.url()).await.unwrap()).unwrap();
+    let url = format!("{}{options}", server.url());
+    let client = Client::with_options(ClientOptions::parse(url).await.unwrap()).unwrap();
     let saver = MongoSaver::from_client(client, MongoConfig::new("restart"))
         .await
         .unwrap();
     saver.setup().await.unwrap();
+    Some((server, saver))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_server_kills() {
+    let Some((server, saver)) = private_saver("").await else {
+        return;
+    };
     let report = chaos::run_with_restarts(Arc::new(saver), 2, 7, || async {
         server.kill();
         server.spawn()?;
@@ -149,4 +159,18 @@ async fn acknowledged_writes_survive_server_kills() {
     .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", server.log_tail()));
     eprintln!("mongo restarts: {report}");
     assert_eq!(report.restarts, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_fails_on_a_connection_a_restart_killed() {
+    let Some((server, saver)) = private_saver("&maxPoolSize=4").await else {
+        return;
+    };
+    chaos::calls_succeed_after_restarts(&saver, 4, || async {
+        server.kill();
+        server.spawn()?;
+        server.ready().await
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", server.log_tail()));
 }

@@ -8,11 +8,8 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
-use std::time::Duration;
 
 use checkpoint_conformance::chaos;
-use checkpoint_conformance::fixtures::{put_child, put_two_writes};
-use checkpoint_core::{CheckpointConfig, ListOptions, Saver, SaverExt};
 use checkpoint_postgres::PostgresSaver;
 
 /// A PostgreSQL instance of this test alone, stopped and removed on drop.
@@ -203,9 +200,8 @@ async fn acknowledged_writes_survive_immediate_shutdowns() {
     assert_eq!(report.restarts, 3);
 }
 
-/// A private server and a set-up saver of at most `connections` connections, or `None`
-/// (skipped) where no server can start and none is required.
-async fn private_saver(connections: u32) -> Option<(PrivatePg, PostgresSaver)> {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_fails_on_a_connection_a_restart_killed() {
     let pg = match PrivatePg::start() {
         Ok(pg) => pg,
         Err(reason) => {
@@ -214,88 +210,20 @@ async fn private_saver(connections: u32) -> Option<(PrivatePg, PostgresSaver)> {
                 "a private PostgreSQL could not start: {reason}"
             );
             eprintln!("SKIPPED: {reason}");
-            return None;
+            return;
         }
     };
     let saver = PostgresSaver::builder(&pg.url())
         .unwrap()
-        .max_connections(connections)
+        .max_connections(4)
         .connect()
         .await
         .unwrap();
     saver.setup().await.unwrap();
-    Some((pg, saver))
-}
-
-/// Every kind of call the saver retries, once each, then `connections` reads at once; the
-/// errors they returned.
-async fn calls_after_restart(
-    saver: &PostgresSaver,
-    head: &CheckpointConfig,
-    connections: usize,
-) -> Vec<String> {
-    let mut errors = Vec::new();
-    let mut note = |what: &str, r: checkpoint_core::Result<()>| {
-        if let Err(e) = r {
-            errors.push(format!("{what}: {}", e.chain()));
-        }
-    };
-    note("get_tuple", saver.get_tuple(head).await.map(|_| ()));
-    match put_child(saver, head).await {
-        Ok(child) => note("put_writes", put_two_writes(saver, &child, "task").await),
-        Err(e) => note("put", Err(e)),
-    }
-    note(
-        "list",
-        saver
-            .list_all(ListOptions::thread(&head.thread_id))
-            .await
-            .map(|_| ()),
-    );
-    note(
-        "delta_channel_history",
-        saver
-            .delta_channel_history(head, &["messages".to_owned()])
-            .await
-            .map(|_| ()),
-    );
-    let latest = CheckpointConfig::new(&head.thread_id);
-    let reads = futures::future::join_all((0..connections).map(|_| saver.get_tuple(&latest))).await;
-    for r in reads {
-        note("concurrent get_tuple", r.map(|_| ()));
-    }
-    errors
-}
-
-/// Opens `connections` connections: as many reads at once.
-async fn open_connections(saver: &PostgresSaver, head: &CheckpointConfig, connections: usize) {
-    let reads = futures::future::join_all((0..connections).map(|_| saver.get_tuple(head))).await;
-    for r in reads {
-        r.unwrap();
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_call_fails_on_a_connection_a_restart_killed() {
-    const CONNECTIONS: u32 = 4;
-    let Some((pg, saver)) = private_saver(CONNECTIONS).await else {
-        return;
-    };
-    let head = put_child(&saver, &CheckpointConfig::new("t"))
-        .await
-        .unwrap();
-    for idle in [Duration::ZERO, Duration::from_millis(600)] {
-        // Every connection open, the last ones still warm (idle: 0) or back in the pool
-        // (600 ms, past the warm time but before the pool's idle ping).
-        open_connections(&saver, &head, CONNECTIONS as usize).await;
-        tokio::time::sleep(idle).await;
-        tokio::task::block_in_place(|| pg.crash_restart())
-            .unwrap_or_else(|e| panic!("{e}\n{}", log_tail(&pg.dir)));
-        let errors = calls_after_restart(&saver, &head, CONNECTIONS as usize).await;
-        assert!(
-            errors.is_empty(),
-            "after a restart with connections idle for {idle:?}, calls failed:\n{}",
-            errors.join("\n")
-        );
-    }
+    chaos::calls_succeed_after_restarts(&saver, 4, || async {
+        let restarted = tokio::task::block_in_place(|| pg.crash_restart());
+        restarted.map_err(|e| format!("{e}\n{}", log_tail(&pg.dir)))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", log_tail(&pg.dir)));
 }

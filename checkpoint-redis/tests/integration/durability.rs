@@ -476,3 +476,37 @@ fn a_put_whose_script_did_not_run_leaves_no_visible_trace() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+#[test]
+fn no_call_fails_on_a_connection_a_restart_killed() {
+    if !binaries_or_skip() {
+        return;
+    }
+    let port = free_ports(7271, 1).unwrap();
+    let dir = scratch_dir("restart-calls");
+    let server = std::sync::Mutex::new(start(port, &dir));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let saver = RedisSaverBuilder::new(format!("redis://127.0.0.1:{port}"))
+            .key_prefix("restart")
+            .pool_size(4)
+            .build()
+            .await
+            .unwrap();
+        checkpoint_conformance::chaos::calls_succeed_after_restarts(&saver, 4, || {
+            let (server, dir) = (&server, &dir);
+            async move {
+                let mut server = server.lock().unwrap();
+                server.kill().map_err(|e| e.to_string())?;
+                server.wait().map_err(|e| e.to_string())?;
+                *server = start(port, dir);
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    });
+    let mut server = server.into_inner().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+}
