@@ -423,10 +423,10 @@ async fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                eprintln!("  caused by: {s}");
-                source = s.source();
+            if let CliError::Saver(e) = &e {
+                for cause in e.causes() {
+                    eprintln!("  caused by: {cause}");
+                }
             }
             ExitCode::from(e.exit_code())
         }

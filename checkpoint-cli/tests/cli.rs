@@ -221,6 +221,17 @@ async fn bad_input_is_a_clear_error_and_creates_nothing() {
         Some(2),
         "clap rejects a missing argument"
     );
+
+    // A server that is not there: the reason, once, under the saver's error.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let out = checkpoint(&["threads", &format!("redis://127.0.0.1:{port}")]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    assert!(text.starts_with("error: redis is unavailable\n"), "{text}");
+    assert_eq!(text.matches("Connection refused").count(), 1, "{text}");
     let _ = std::fs::remove_file(&path);
 }
 

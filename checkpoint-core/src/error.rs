@@ -133,19 +133,32 @@ impl Error {
 
     /// The error's message and its sources', `: `-separated: what to log or show where only
     /// text travels. A source whose text already ends the message (sqlx's database errors
-    /// print theirs) is not repeated.
+    /// print theirs) is not repeated (see [`causes`](Self::causes)).
     pub fn chain(&self) -> String {
         let mut text = self.to_string();
+        for cause in self.causes() {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+        text
+    }
+
+    /// The texts of the error's sources, outermost first, for showing one per line. A source
+    /// whose text ends the text before it (the message, or the source it came from) is left
+    /// out: drivers often print their cause in their own message.
+    pub fn causes(&self) -> Vec<String> {
+        let mut last = self.to_string();
+        let mut out = Vec::new();
         let mut source = std::error::Error::source(self);
         while let Some(cause) = source {
             let shown = cause.to_string();
-            if !text.ends_with(&shown) {
-                text.push_str(": ");
-                text.push_str(&shown);
+            if !last.ends_with(&shown) {
+                out.push(shown.clone());
             }
+            last = shown;
             source = cause.source();
         }
-        text
+        out
     }
 
     /// A stable, lower-case name of the variant (`"conflict"`, `"unavailable"`, ...), for
@@ -218,5 +231,30 @@ mod tests {
             Error::invalid("bad").chain(),
             Error::invalid("bad").to_string()
         );
+    }
+
+    /// An error that prints its source in its own message and has one, as the redis
+    /// crate's I/O errors do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("command failed: {0}")]
+    struct Repeating(#[source] std::io::Error);
+
+    #[test]
+    fn causes_leave_out_what_the_text_before_already_says() {
+        let e = Error::Unavailable {
+            backend: "redis",
+            source: Box::new(Repeating(std::io::Error::other("connection refused"))),
+        };
+        assert_eq!(e.causes(), vec!["command failed: connection refused"]);
+        assert_eq!(
+            e.chain(),
+            "redis is unavailable: command failed: connection refused"
+        );
+        let nested = Error::Backend {
+            backend: "postgres",
+            source: Box::new(std::io::Error::other("disk full")),
+        };
+        assert_eq!(nested.causes(), vec!["disk full"]);
+        assert!(Error::invalid("bad").causes().is_empty());
     }
 }
