@@ -147,7 +147,11 @@ impl PostgresSaverBuilder {
     pub(crate) async fn connect_inner(self) -> Result<Inner> {
         let options = self.options_with_schema()?;
         let default_ttl_ms = self.default_ttl_ms()?;
-        let pool = self.pool.connect_with(options).await.map_err(classify)?;
+        let pool = match self.pool.connect_with(options.clone()).await {
+            Ok(pool) => pool,
+            Err(sqlx::Error::PoolTimedOut) => return Err(no_connection(&options).await),
+            Err(e) => return Err(classify(e)),
+        };
         Ok(Inner::new(
             pool,
             self.lost,
@@ -178,6 +182,29 @@ impl PostgresSaverBuilder {
                 Ok(options.options([("search_path", schema.as_str())]))
             }
         }
+    }
+}
+
+/// How long [`no_connection`]'s own attempt may take.
+const WHY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The error of a pool that could not open its first connection in time. sqlx retries a
+/// refused connection until the acquire timeout and then reports the timeout alone; one
+/// more attempt, outside the pool, says why (refused, unknown host, bad password...).
+async fn no_connection(options: &PgConnectOptions) -> Error {
+    use sqlx::ConnectOptions;
+    let why = match tokio::time::timeout(WHY_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => {
+            // It answers now: the pool's timeout was all there was to it.
+            let _ = sqlx::Connection::close(conn).await;
+            return classify(sqlx::Error::PoolTimedOut);
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {WHY_TIMEOUT:?}"),
+    };
+    Error::Unavailable {
+        backend: "postgres",
+        source: format!("{}; connecting: {why}", sqlx::Error::PoolTimedOut).into(),
     }
 }
 

@@ -199,3 +199,34 @@ async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
     .await;
     common::drop_schemas(&url, &[schema]).await;
 }
+
+#[tokio::test]
+async fn a_server_that_refuses_connections_is_named_as_the_reason() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let options: sqlx::postgres::PgConnectOptions =
+        format!("postgres://postgres@127.0.0.1:{port}/postgres")
+            .parse()
+            .unwrap();
+    let started = std::time::Instant::now();
+    let e = checkpoint_postgres::PostgresSaverBuilder::new(options)
+        .pool_options(
+            sqlx::postgres::PgPoolOptions::new().acquire_timeout(Duration::from_millis(300)),
+        )
+        .connect()
+        .await
+        .unwrap_err();
+    // sqlx reports only its pool's timeout; the saver says why it ran out.
+    assert!(e.is_transient(), "{e:?}");
+    let text = e.chain();
+    assert!(text.contains("pool timed out"), "{text}");
+    assert!(text.to_lowercase().contains("refused"), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
