@@ -13,7 +13,7 @@ use serde_json::Value as Json;
 use crate::chunk;
 use crate::codec::{array, bulk, number, parse_blob_field, record_manifests, record_tokens};
 use crate::core::Inner;
-use crate::error::{corrupt, protocol};
+use crate::error::{RedisSaverError, corrupt, protocol};
 use crate::keys::{
     BL, CP, WV, esc, gref, netstr, pack_list, parse_gref, parse_tref, token, tref, unesc_str,
     unpack_list,
@@ -188,6 +188,14 @@ pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTt
         Some(0) => TtlMode::Pin,
         Some(ms) => TtlMode::Expire(ms),
     };
+    if let (TtlMode::Expire(_), Some(policy)) = (&mode, &inner.ttl_evictable) {
+        return Err(RedisSaverError::Evicting(format!(
+            "the server evicts keys that have a TTL at its memory limit (maxmemory-policy \
+             {policy}): with one, parts of thread {thread_id:?} could be evicted before it \
+             expires; set maxmemory-policy to noeviction, or build with allow_eviction(true)"
+        ))
+        .into());
+    }
     let call = SetTtlArgs {
         mode,
         default_ttl_ms: inner.default_ttl_ms,

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use checkpoint_core::{Error, Result};
-use redis::AsyncConnectionConfig;
+use redis::{AsyncConnectionConfig, Value};
 
 use crate::chunk::{ChunkMemo, MEMO_MAX_BYTES};
 use crate::conn::{Link, Manager};
@@ -53,6 +53,7 @@ pub struct RedisSaverBuilder {
     response_timeout: Duration,
     default_ttl: Option<Duration>,
     refresh_on_read: bool,
+    allow_eviction: bool,
 }
 
 impl fmt::Debug for RedisSaverBuilder {
@@ -67,6 +68,7 @@ impl fmt::Debug for RedisSaverBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("default_ttl", &self.default_ttl)
             .field("refresh_on_read", &self.refresh_on_read)
+            .field("allow_eviction", &self.allow_eviction)
             .finish()
     }
 }
@@ -99,6 +101,7 @@ impl RedisSaverBuilder {
             response_timeout: Duration::from_secs(10),
             default_ttl: None,
             refresh_on_read: false,
+            allow_eviction: false,
         }
     }
 
@@ -146,6 +149,23 @@ impl RedisSaverBuilder {
     /// `false`: only writes do).
     pub fn refresh_on_read(mut self, yes: bool) -> Self {
         self.refresh_on_read = yes;
+        self
+    }
+
+    /// Whether to accept a server whose memory limit lets it delete this saver's keys
+    /// (default `false`).
+    ///
+    /// A Redis server at its `maxmemory` evicts keys when its `maxmemory-policy` is not
+    /// `noeviction`: any key with `allkeys-*`, keys that have a TTL with `volatile-*`. A
+    /// thread is several keys (records, values, writes), so an evicted key leaves threads
+    /// that load without some of their values or writes, or vanish. `build` reads the
+    /// policy (`INFO memory`) and refuses a server with a memory limit that can evict any
+    /// key, or keys with a TTL when [`default_ttl`](Self::default_ttl) gives every key one;
+    /// with `volatile-*`, [`Saver::set_thread_ttl`](checkpoint_core::Saver::set_thread_ttl)
+    /// refuses to give a thread a TTL. `true` skips these checks: for a cache whose
+    /// contents may go.
+    pub fn allow_eviction(mut self, yes: bool) -> Self {
+        self.allow_eviction = yes;
         self
     }
 
@@ -218,14 +238,106 @@ impl RedisSaverBuilder {
         link.preload().await.map_err(Error::from)?;
         let ping = redis::cmd("PING");
         link.command(&ping).await.map_err(Error::from)?;
+        let ttl_evictable = if self.allow_eviction {
+            None
+        } else {
+            check_eviction(&link, self.default_ttl.is_some()).await?
+        };
         Ok(Inner {
             link,
+            ttl_evictable,
             layout: Layout::new(&self.prefix),
             default_ttl_ms: self.default_ttl.map_or(0, duration_ms),
             refresh_on_read: self.refresh_on_read,
             target: redacted,
             chunk_memo: ChunkMemo::new(self.chunk_memo_bytes),
         })
+    }
+}
+
+/// What a server's memory limit lets it delete.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Eviction {
+    /// No limit, or `noeviction`.
+    Never,
+    /// The policy is not known (an `INFO` reply without it).
+    Unknown,
+    /// Keys that have a TTL (`volatile-*`): the policy.
+    KeysWithTtl(String),
+    /// Any key (`allkeys-*`): the policy.
+    AnyKey(String),
+}
+
+/// What the `INFO memory` text of one server says about eviction.
+fn eviction(info: &str) -> Eviction {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    if field("maxmemory") == Some("0") {
+        return Eviction::Never;
+    }
+    match field("maxmemory_policy") {
+        None => Eviction::Unknown,
+        Some("noeviction") => Eviction::Never,
+        Some(p) if p.starts_with("allkeys-") => Eviction::AnyKey(p.to_owned()),
+        Some(p) if p.starts_with("volatile-") => Eviction::KeysWithTtl(p.to_owned()),
+        Some(_) => Eviction::Unknown,
+    }
+}
+
+/// The texts of a reply: one server's, or each node's of a Cluster.
+fn texts(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::BulkString(b) => out.push(String::from_utf8_lossy(b).into_owned()),
+        Value::VerbatimString { text, .. } | Value::SimpleString(text) => out.push(text.clone()),
+        Value::Array(items) | Value::Set(items) => items.iter().for_each(|i| texts(i, out)),
+        Value::Map(pairs) => pairs.iter().for_each(|(_, i)| texts(i, out)),
+        _ => {}
+    }
+}
+
+/// Refuses a server that could evict keys of stored threads (see
+/// [`RedisSaverBuilder::allow_eviction`]); the policy when it evicts keys with a TTL and
+/// the saver gives none by default (`set_thread_ttl` then refuses to give one).
+async fn check_eviction(link: &Link, default_ttl: bool) -> Result<Option<String>> {
+    let info = match link.command(redis::cmd("INFO").arg("memory")).await {
+        Ok(v) => v,
+        Err(e) => {
+            // INFO disabled or renamed: nothing can be checked.
+            tracing::warn!(error = %e, "could not read the server's maxmemory-policy");
+            return Ok(None);
+        }
+    };
+    let mut replies = Vec::new();
+    texts(&info, &mut replies);
+    let worst = replies
+        .iter()
+        .map(|t| eviction(t))
+        .max()
+        .unwrap_or(Eviction::Unknown);
+    let refuse = |why: String| {
+        Err(Error::from(RedisSaverError::Evicting(format!(
+            "{why}: a thread is several keys, so an evicted one leaves threads that load \
+             without some of their values or writes; set maxmemory-policy to noeviction, \
+             or build with allow_eviction(true) to accept it"
+        ))))
+    };
+    match worst {
+        Eviction::Never => Ok(None),
+        Eviction::Unknown => {
+            tracing::warn!("the server's maxmemory-policy is unknown; keys may be evicted");
+            Ok(None)
+        }
+        Eviction::AnyKey(p) => refuse(format!(
+            "the server evicts keys at its memory limit (maxmemory-policy {p})"
+        )),
+        Eviction::KeysWithTtl(p) if default_ttl => refuse(format!(
+            "the server evicts keys that have a TTL at its memory limit (maxmemory-policy \
+             {p}), and default_ttl gives every key of a thread one"
+        )),
+        Eviction::KeysWithTtl(p) => Ok(Some(p)),
     }
 }
 
@@ -302,6 +414,32 @@ mod tests {
             let shown = format!("{b:?}");
             assert!(!shown.contains("p4ss"), "{shown}");
         }
+    }
+
+    #[test]
+    fn eviction_is_read_from_info_memory() {
+        let info = |max: &str, policy: &str| {
+            format!(
+                "# Memory\r\nused_memory:1000\r\nmaxmemory:{max}\r\nmaxmemory_human:x\r\nmaxmemory_policy:{policy}\r\n"
+            )
+        };
+        assert_eq!(eviction(&info("0", "allkeys-lru")), Eviction::Never);
+        assert_eq!(eviction(&info("4194304", "noeviction")), Eviction::Never);
+        assert_eq!(
+            eviction(&info("4194304", "allkeys-lfu")),
+            Eviction::AnyKey("allkeys-lfu".into())
+        );
+        assert_eq!(
+            eviction(&info("4194304", "volatile-ttl")),
+            Eviction::KeysWithTtl("volatile-ttl".into())
+        );
+        assert_eq!(eviction("# Memory\r\nused_memory:1\r\n"), Eviction::Unknown);
+        assert_eq!(eviction(&info("1", "something-new")), Eviction::Unknown);
+        // `maxmemory_human` and `maxmemory_policy` are other fields, not `maxmemory`.
+        assert_eq!(
+            eviction("maxmemory_policy:allkeys-lru\r\nmaxmemory_human:0B\r\n"),
+            Eviction::AnyKey("allkeys-lru".into())
+        );
     }
 
     #[test]

@@ -18,6 +18,9 @@ use crate::scripts::{Args, GetArgs, GindexArgs, IndexOp};
 /// Shared state of a saver and its clones.
 pub(crate) struct Inner {
     pub(crate) link: Link,
+    /// The server's `maxmemory-policy` when it evicts keys that have a TTL and the saver
+    /// gives none by default: `set_thread_ttl` then refuses to give a thread one.
+    pub(crate) ttl_evictable: Option<String>,
     pub(crate) layout: Layout,
     pub(crate) default_ttl_ms: u64,
     pub(crate) refresh_on_read: bool,

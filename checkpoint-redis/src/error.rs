@@ -18,6 +18,10 @@ pub(crate) enum RedisSaverError {
     /// A script answered with something this crate does not understand.
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
+    /// The server's memory policy could delete keys of stored threads (see
+    /// `RedisSaverBuilder::allow_eviction`).
+    #[error("{0}")]
+    Evicting(String),
 }
 
 impl From<RedisError> for RedisSaverError {
@@ -63,7 +67,7 @@ impl RedisSaverError {
         match self {
             RedisSaverError::Redis(e) => redis_is_transient(e),
             RedisSaverError::PoolTimeout => true,
-            RedisSaverError::Protocol(_) => false,
+            RedisSaverError::Protocol(_) | RedisSaverError::Evicting(_) => false,
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use checkpoint_conformance::fixtures::{step, val};
 use checkpoint_core::{
     Checkpoint, CheckpointConfig, CheckpointMetadata, Error, ListOptions, PutOptions,
-    PutWritesOptions, Saver, SaverExt, Source,
+    PutWritesOptions, Saver, SaverExt, Source, ThreadTtl,
 };
 use checkpoint_redis::RedisSaverBuilder;
 use checkpoint_redis::redis;
@@ -509,4 +509,160 @@ fn no_call_fails_on_a_connection_a_restart_killed() {
     let mut server = server.into_inner().unwrap();
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// Puts `threads` threads of one 20 KB value each; the addresses of those acknowledged, and
+/// the first error.
+async fn fill(
+    saver: &checkpoint_redis::RedisSaver,
+    threads: usize,
+) -> (Vec<CheckpointConfig>, Option<Error>) {
+    let big = val(json!("x".repeat(20_000)));
+    let mut stored = Vec::new();
+    for t in 0..threads {
+        let (c, v) = step(
+            None,
+            &[("big", Some(big.clone())), ("small", Some(val(json!(t))))],
+        );
+        let put = saver
+            .put(
+                &CheckpointConfig::new(format!("t{t}")),
+                c,
+                CheckpointMetadata::new(),
+                v,
+                PutOptions::new(),
+            )
+            .await;
+        match put {
+            Ok(config) => stored.push(config),
+            Err(e) => return (stored, Some(e)),
+        }
+    }
+    (stored, None)
+}
+
+/// A private server with a 4 MB memory limit and `policy`, and its URL.
+fn limited_server(base: u16, policy: &str) -> Option<(Child, String)> {
+    if !binaries_or_skip() {
+        return None;
+    }
+    let port = free_ports(base, 1).unwrap();
+    let dir = scratch_dir(&format!("evict-{policy}"));
+    let server = spawn_server(
+        port,
+        &dir,
+        &["--maxmemory", "4mb", "--maxmemory-policy", policy],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    watchdog(&[server.id()], &dir, Duration::from_secs(300));
+    Some((server, format!("redis://127.0.0.1:{port}")))
+}
+
+#[test]
+fn a_server_that_would_evict_stored_threads_is_refused() {
+    let Some((mut server, url)) = limited_server(7281, "allkeys-lru") else {
+        return;
+    };
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let builder = || RedisSaverBuilder::new(url.clone()).key_prefix("evict");
+        let e = builder().build().await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Backend {
+                    backend: "redis",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(!e.is_transient());
+        let text = e.chain();
+        assert!(
+            text.contains("allkeys-lru") && text.contains("noeviction"),
+            "{text}"
+        );
+        // Accepted on request: and then, over the limit, Redis deletes parts of threads,
+        // which load without some of their values. This is what the check prevents.
+        let saver = builder().allow_eviction(true).build().await.unwrap();
+        let (stored, error) = fill(&saver, 200).await;
+        assert!(error.is_none(), "{error:?}");
+        let mut incomplete = 0;
+        for config in &stored {
+            if let Some(t) = saver.get_tuple(config).await.unwrap() {
+                incomplete += usize::from(t.checkpoint.channel_values.len() != 2);
+            }
+        }
+        assert!(
+            incomplete > 0,
+            "nothing was evicted: the test proves nothing"
+        );
+    });
+    let _ = server.kill();
+}
+
+#[test]
+fn keys_with_a_ttl_are_refused_where_the_server_evicts_those() {
+    let Some((mut server, url)) = limited_server(7291, "volatile-lru") else {
+        return;
+    };
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let builder = || RedisSaverBuilder::new(url.clone()).key_prefix("volatile");
+        // A default TTL would give every key one.
+        let e = builder()
+            .default_ttl(Some(Duration::from_secs(3600)))
+            .build()
+            .await
+            .unwrap_err();
+        assert!(e.chain().contains("volatile-lru"), "{e:?}");
+        // Without TTLs nothing of the saver is evictable; a thread TTL is refused.
+        let saver = builder().build().await.unwrap();
+        let (stored, _) = fill(&saver, 1).await;
+        let thread = &stored[0].thread_id;
+        let e = saver
+            .set_thread_ttl(thread, ThreadTtl::Expire(Duration::from_secs(60)))
+            .await
+            .unwrap_err();
+        assert!(e.chain().contains("volatile-lru"), "{e:?}");
+        assert_eq!(
+            saver.thread_ttl(thread).await.unwrap(),
+            None,
+            "no TTL was set"
+        );
+        saver
+            .set_thread_ttl(thread, ThreadTtl::Pinned)
+            .await
+            .unwrap();
+        saver
+            .set_thread_ttl(thread, ThreadTtl::Default)
+            .await
+            .unwrap();
+    });
+    let _ = server.kill();
+}
+
+#[test]
+fn at_its_memory_limit_a_noeviction_server_refuses_writes_and_keeps_every_thread() {
+    let Some((mut server, url)) = limited_server(7301, "noeviction") else {
+        return;
+    };
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let saver = RedisSaverBuilder::new(url.clone())
+            .key_prefix("full")
+            .build()
+            .await
+            .unwrap();
+        let (stored, error) = fill(&saver, 400).await;
+        let error = error.expect("4 MB cannot hold 400 threads of 20 KB");
+        assert!(error.chain().contains("OOM"), "{error:?}");
+        assert!(!stored.is_empty());
+        // Every acknowledged thread loads whole, and the refused put left nothing behind.
+        for config in &stored {
+            let t = saver.get_tuple(config).await.unwrap().expect("stored");
+            assert_eq!(t.checkpoint.channel_values.len(), 2, "{config:?}");
+        }
+        let refused = CheckpointConfig::new(format!("t{}", stored.len()));
+        assert!(saver.get_tuple(&refused).await.unwrap().is_none());
+    });
+    let _ = server.kill();
 }
