@@ -42,6 +42,8 @@ pub(crate) struct Options {
     pub(crate) write_concern: Option<String>,
     /// Pool size (PostgreSQL, Redis).
     pub(crate) max_connections: Option<u32>,
+    /// Accept a Redis server whose memory policy may evict the saver's keys.
+    pub(crate) allow_eviction: Option<bool>,
     /// Create tables and indexes when missing (PostgreSQL, MongoDB; SQLite always does).
     pub(crate) setup: bool,
     /// The TTL of every thread, from its last write (memory, SQLite, PostgreSQL, Redis).
@@ -76,6 +78,7 @@ fn reject_options(backend: &str, options: &Options, allowed: &[&str]) -> Result<
         ("transactions", options.transactions.is_some()),
         ("write_concern", options.write_concern.is_some()),
         ("max_connections", options.max_connections.is_some()),
+        ("allow_eviction", options.allow_eviction.is_some()),
         (
             "ttl",
             options.default_ttl.is_some()
@@ -176,7 +179,7 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
             reject_options(
                 "RedisSaver",
                 &options,
-                &["key_prefix", "max_connections", "ttl"],
+                &["key_prefix", "max_connections", "allow_eviction", "ttl"],
             )?;
             let mut builder = match backend {
                 Backend::RedisCluster(nodes) => RedisSaver::cluster_builder(nodes),
@@ -184,7 +187,8 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
                 _ => unreachable!("matched above"),
             }
             .default_ttl(options.default_ttl)
-            .refresh_on_read(options.refresh_on_read.unwrap_or(false));
+            .refresh_on_read(options.refresh_on_read.unwrap_or(false))
+            .allow_eviction(options.allow_eviction.unwrap_or(false));
             if let Some(prefix) = options.key_prefix {
                 builder = builder.key_prefix(prefix);
             }

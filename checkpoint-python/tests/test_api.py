@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 
 import checkpoint_rs
 from checkpoint_rs import errors
-from conftest import BACKENDS
+from conftest import BACKENDS, servers_required
 
 
 def put_chain(saver, thread_id: str, n: int, ns: str = "") -> list[str]:
@@ -134,6 +136,42 @@ def test_bad_input_gets_typed_errors(tmp_path) -> None:
     assert isinstance(raised.value, ConnectionError)
     # Nothing was stored by any of the rejected calls.
     assert list(saver.list(None)) == []
+
+
+def test_a_redis_server_that_would_evict_threads_is_refused(tmp_path) -> None:
+    server = shutil.which("redis-server")
+    if server is None:
+        if servers_required():
+            pytest.fail("redis-server is required under CI=true or CHECKPOINT_TEST_REQUIRE=1")
+        pytest.skip("no redis-server")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path),
+         "--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"redis://127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        with pytest.raises(errors.BackendError, match="allkeys-lru"):
+            checkpoint_rs.RedisSaver(url)
+        with checkpoint_rs.RedisSaver(url, allow_eviction=True) as saver:
+            assert list(saver.list(None)) == []
+        with pytest.raises(errors.InvalidInputError, match="allow_eviction"):
+            checkpoint_rs.SqliteSaver(str(tmp_path / "z.db"), allow_eviction=True)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 TTL_BACKENDS = ["memory", "sqlite", "postgres", "redis"]

@@ -536,7 +536,11 @@ class PostgresSaver(RustCheckpointSaver):
 class RedisSaver(RustCheckpointSaver):
     """Plain Redis 7 (no modules), one server (``redis://``, ``rediss://``) or a Cluster
     (``redis+cluster://host:port,host:port``). ``key_prefix`` separates stores sharing a
-    server; ``max_connections`` sizes the pool."""
+    server; ``max_connections`` sizes the pool.
+
+    A server with a memory limit whose ``maxmemory-policy`` would evict the saver's keys
+    (``allkeys-*``, or ``volatile-*`` with a TTL) is refused with a ``BackendError``: an
+    evicted key leaves threads that load incomplete. ``allow_eviction=True`` accepts it."""
 
     _kind = "redis"
 
