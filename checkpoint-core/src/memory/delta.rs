@@ -3,6 +3,7 @@
 //! its tuple.
 
 use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::delta::DeltaChannelHistory;
 use crate::{Error, Result};
@@ -39,7 +40,7 @@ pub(super) fn history(
     wanted.dedup_by_key(|w| w.channel);
     // First the walk, parent first, up to the ancestor where the last open channel finds
     // its seed; then the writes, oldest checkpoint first, straight into the answer.
-    let mut path: Vec<&str> = Vec::new();
+    let mut path: Vec<&str> = Vec::with_capacity(32);
     let mut open = wanted.len();
     // A parent chain has at most as many links as the namespace has checkpoints. `put`
     // refuses a parent not older than its child, so no stored chain loops; the count keeps
@@ -49,12 +50,29 @@ pub(super) fn history(
         .checkpoints
         .get(target)
         .and_then(|s| s.parent.as_deref());
+    // Ids order the map, and a parent is older than its child: in a history without forks
+    // each parent is the entry just before its child, so the walk steps back through the
+    // map (one comparison per ancestor) and searches it only after a fork.
+    let mut older = data
+        .checkpoints
+        .range::<str, _>((Unbounded, Excluded(target)))
+        .rev();
     while let Some(id) = cursor {
         if open == 0 {
             break;
         }
-        let Some(stored) = data.checkpoints.get(id) else {
-            break;
+        let stored = match older.next() {
+            Some((key, stored)) if key == id => stored,
+            _ => {
+                older = data
+                    .checkpoints
+                    .range::<str, _>((Unbounded, Included(id)))
+                    .rev();
+                match older.next() {
+                    Some((key, stored)) if key == id => stored,
+                    _ => break,
+                }
+            }
         };
         if budget == 0 {
             return Err(Error::Serialization {
@@ -89,6 +107,10 @@ pub(super) fn history(
     // in the same (byte) order, so a write goes to its channel's by position.
     let mut histories: Vec<&mut DeltaChannelHistory> = out.values_mut().collect();
     debug_assert_eq!(histories.len(), wanted.len());
+    // About one write per walked checkpoint for each channel, as a chat's steps append.
+    for h in &mut histories {
+        h.writes.reserve(path.len());
+    }
     let mut run: Vec<(usize, &str, i64, &StoredWrite)> = Vec::new();
     for (depth, id) in path.iter().enumerate().rev() {
         let Some(writes) = data.writes.get(*id) else {
