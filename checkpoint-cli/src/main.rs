@@ -354,7 +354,17 @@ async fn run(cli: Cli) -> Result<(String, bool), CliError> {
         }
         _ => None,
     };
-    let saver = Store::parse(cli.command.url())?.open().await?;
+    let store = Store::parse(cli.command.url())?;
+    let writes = match &cli.command {
+        Command::Repair { apply, .. } => *apply,
+        Command::Prune { dry_run, .. } => !*dry_run,
+        _ => false,
+    };
+    let saver = if writes {
+        store.open().await?
+    } else {
+        store.open_to_read().await?
+    };
     let text = |doc: &serde_json::Value, human: fn(&serde_json::Value) -> String| {
         if cli.json { json(doc) } else { human(doc) }
     };

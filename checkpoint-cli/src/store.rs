@@ -128,16 +128,33 @@ impl Store {
     /// Connects to the store as it is: nothing is created or migrated, and a SQLite file
     /// that does not exist is an error rather than a new empty database.
     pub async fn open(&self) -> Result<Arc<dyn Saver>, CliError> {
-        Ok(self.open_scannable(None).await?.0)
+        Ok(self.open_with(None, Access::Write).await?.0)
+    }
+
+    /// [`open`](Self::open), for a command that only reads: a Redis server whose memory
+    /// policy may evict keys is accepted (reading cannot make that worse, and it is how
+    /// threads are rescued from such a server); one that writes is refused it (see
+    /// `RedisSaverBuilder::allow_eviction`).
+    pub async fn open_to_read(&self) -> Result<Arc<dyn Saver>, CliError> {
+        Ok(self.open_with(None, Access::Read).await?.0)
     }
 
     /// [`open`](Self::open), with the store's [`IntegrityScan`] (every backend a URL names
     /// has one). `connections`: the size of the saver's connection pool (PostgreSQL, Redis)
     /// instead of its default, for callers that keep that many calls in flight; MongoDB
     /// takes it from the URL (`maxPoolSize`).
+    /// The store is only read (see [`open_to_read`](Self::open_to_read)).
     pub async fn open_scannable(
         &self,
         connections: Option<u32>,
+    ) -> Result<(Arc<dyn Saver>, Arc<dyn IntegrityScan>), CliError> {
+        self.open_with(connections, Access::Read).await
+    }
+
+    async fn open_with(
+        &self,
+        connections: Option<u32>,
+        access: Access,
     ) -> Result<(Arc<dyn Saver>, Arc<dyn IntegrityScan>), CliError> {
         fn both<S: Saver + IntegrityScan + 'static>(
             s: S,
@@ -165,10 +182,17 @@ impl Store {
                 both(ReadOnly::new(LangGraphSqliteSource::open(path).await?))
             }
             Store::Postgres(url) => both(postgres(url, connections).await?),
-            Store::Redis(url) => both(redis(RedisSaver::builder(url.clone()), connections).await?),
-            Store::RedisCluster(nodes) => {
-                both(redis(RedisSaver::cluster_builder(nodes.clone()), connections).await?)
+            Store::Redis(url) => {
+                both(redis(RedisSaver::builder(url.clone()), connections, access).await?)
             }
+            Store::RedisCluster(nodes) => both(
+                redis(
+                    RedisSaver::cluster_builder(nodes.clone()),
+                    connections,
+                    access,
+                )
+                .await?,
+            ),
             Store::Mongo { uri, database } => {
                 both(MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?)
             }
@@ -200,7 +224,7 @@ impl Store {
                 Arc::new(saver)
             }
             Store::Redis(_) | Store::RedisCluster(_) => {
-                return Ok(self.open_scannable(connections).await?.0);
+                return Ok(self.open_with(connections, Access::Write).await?.0);
             }
             Store::LangGraphSqlite(_) | Store::LangGraphMongo { .. } => {
                 return Err(CliError::Url(
@@ -222,10 +246,19 @@ async fn postgres(url: &str, connections: Option<u32>) -> Result<PostgresSaver, 
     Ok(builder.connect().await?)
 }
 
+/// What a command does with a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
 async fn redis(
     builder: checkpoint_redis::RedisSaverBuilder,
     connections: Option<u32>,
+    access: Access,
 ) -> Result<RedisSaver, CliError> {
+    let builder = builder.allow_eviction(access == Access::Read);
     // The commands write or read each thread once: the saver's memo of recent list values
     // (64 MiB by default, for agents writing the same threads again and again) would only
     // hold memory. 4 MiB covers the threads a migration has in flight.

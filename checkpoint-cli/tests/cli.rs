@@ -235,6 +235,88 @@ async fn bad_input_is_a_clear_error_and_creates_nothing() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A child process, killed when dropped (a failed assertion must not leave it running).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_server_that_evicts_keys_is_read_but_not_written() {
+    let Some(server) = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("redis-server"))
+            .find(|p| p.is_file())
+    }) else {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "redis-server is required under CI=true or CHECKPOINT_TEST_REQUIRE=1"
+        );
+        eprintln!("SKIPPED: no redis-server");
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let dir = temp_file("evicting-redis");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _server = Killed(
+        Command::new(server)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed().as_secs() < 15,
+            "redis-server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let url = format!("redis://127.0.0.1:{port}");
+    // Reading: accepted (it is how threads are rescued from such a server).
+    ok(&["threads", &url]);
+    ok(&["prune", &url, "--keep-last", "1", "--dry-run"]);
+    // Writing: refused, with the reason and the fix.
+    let out = checkpoint(&["prune", &url, "--keep-last", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        text.contains("allkeys-lru") && text.contains("noeviction"),
+        "{text}"
+    );
+    let source = temp_file("evicting-source");
+    write_store(&source).await;
+    let from = format!("sqlite://{}", source.display());
+    let out = checkpoint(&["migrate", "--from", &from, "--to", &url]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("allkeys-lru"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&source);
+}
+
 // -- migrate -----------------------------------------------------------------------------------
 
 mod migrate {
