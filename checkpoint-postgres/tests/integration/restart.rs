@@ -170,8 +170,9 @@ fn log_tail(dir: &Path) -> String {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_writes_survive_immediate_shutdowns() {
+/// A private server and a set-up saver of 4 connections on it, or `None` (skipped) where
+/// no server can start and none is required.
+async fn private_saver() -> Option<(PrivatePg, PostgresSaver)> {
     let pg = match PrivatePg::start() {
         Ok(pg) => pg,
         Err(reason) => {
@@ -180,7 +181,7 @@ async fn acknowledged_writes_survive_immediate_shutdowns() {
                 "a private PostgreSQL could not start: {reason}"
             );
             eprintln!("SKIPPED: {reason}");
-            return;
+            return None;
         }
     };
     let saver = PostgresSaver::builder(&pg.url())
@@ -190,40 +191,33 @@ async fn acknowledged_writes_survive_immediate_shutdowns() {
         .await
         .unwrap();
     saver.setup().await.unwrap();
-    let report = chaos::run_with_restarts(Arc::new(saver), 3, 7, || async {
-        let restarted = tokio::task::block_in_place(|| pg.crash_restart());
-        restarted.map_err(|e| format!("{e}\n{}", log_tail(&pg.dir)))
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", log_tail(&pg.dir)));
+    Some((pg, saver))
+}
+
+/// [`PrivatePg::crash_restart`] from a test's runtime, its error with the server's log.
+async fn restart(pg: &PrivatePg) -> Result<(), String> {
+    let restarted = tokio::task::block_in_place(|| pg.crash_restart());
+    restarted.map_err(|e| format!("{e}\n{}", log_tail(&pg.dir)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_immediate_shutdowns() {
+    let Some((pg, saver)) = private_saver().await else {
+        return;
+    };
+    let report = chaos::run_with_restarts(Arc::new(saver), 3, 7, || restart(&pg))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", log_tail(&pg.dir)));
     eprintln!("postgres restarts: {report}");
     assert_eq!(report.restarts, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_call_fails_on_a_connection_a_restart_killed() {
-    let pg = match PrivatePg::start() {
-        Ok(pg) => pg,
-        Err(reason) => {
-            assert!(
-                !checkpoint_conformance::servers_required(),
-                "a private PostgreSQL could not start: {reason}"
-            );
-            eprintln!("SKIPPED: {reason}");
-            return;
-        }
+    let Some((pg, saver)) = private_saver().await else {
+        return;
     };
-    let saver = PostgresSaver::builder(&pg.url())
-        .unwrap()
-        .max_connections(4)
-        .connect()
+    chaos::calls_succeed_after_restarts(&saver, 4, || restart(&pg))
         .await
-        .unwrap();
-    saver.setup().await.unwrap();
-    chaos::calls_succeed_after_restarts(&saver, 4, || async {
-        let restarted = tokio::task::block_in_place(|| pg.crash_restart());
-        restarted.map_err(|e| format!("{e}\n{}", log_tail(&pg.dir)))
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", log_tail(&pg.dir)));
+        .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", log_tail(&pg.dir)));
 }
