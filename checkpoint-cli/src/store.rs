@@ -125,8 +125,9 @@ impl Store {
         }
     }
 
-    /// Connects to the store as it is: nothing is created or migrated, and a SQLite file
-    /// that does not exist is an error rather than a new empty database.
+    /// Connects to the store as it is, for a command that may write to it: nothing is
+    /// created or migrated, and a SQLite file that does not exist is an error rather than a
+    /// new empty database.
     pub async fn open(&self) -> Result<Arc<dyn Saver>, CliError> {
         Ok(self.open_with(None, Access::Write).await?.0)
     }
@@ -142,8 +143,8 @@ impl Store {
     /// [`open`](Self::open), with the store's [`IntegrityScan`] (every backend a URL names
     /// has one). `connections`: the size of the saver's connection pool (PostgreSQL, Redis)
     /// instead of its default, for callers that keep that many calls in flight; MongoDB
-    /// takes it from the URL (`maxPoolSize`).
-    /// The store is only read (see [`open_to_read`](Self::open_to_read)).
+    /// takes it from the URL (`maxPoolSize`). For reading only, as
+    /// [`open_to_read`](Self::open_to_read).
     pub async fn open_scannable(
         &self,
         connections: Option<u32>,

@@ -191,8 +191,7 @@ pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTt
     if let (TtlMode::Expire(_), Some(policy)) = (&mode, &inner.ttl_evictable) {
         return Err(RedisSaverError::Evicting(format!(
             "the server evicts keys that have a TTL at its memory limit (maxmemory-policy \
-             {policy}): with one, parts of thread {thread_id:?} could be evicted before it \
-             expires; set maxmemory-policy to noeviction, or build with allow_eviction(true)"
+             {policy}), and this would give thread {thread_id:?} one"
         ))
         .into());
     }

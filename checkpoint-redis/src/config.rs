@@ -317,13 +317,7 @@ async fn check_eviction(link: &Link, default_ttl: bool) -> Result<Option<String>
         .map(|t| eviction(t))
         .max()
         .unwrap_or(Eviction::Unknown);
-    let refuse = |why: String| {
-        Err(Error::from(RedisSaverError::Evicting(format!(
-            "{why}: a thread is several keys, so an evicted one leaves threads that load \
-             without some of their values or writes; set maxmemory-policy to noeviction, \
-             or build with allow_eviction(true) to accept it"
-        ))))
-    };
+    let refuse = |why: String| Err(Error::from(RedisSaverError::Evicting(why)));
     match worst {
         Eviction::Never => Ok(None),
         Eviction::Unknown => {

@@ -19,8 +19,12 @@ pub(crate) enum RedisSaverError {
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
     /// The server's memory policy could delete keys of stored threads (see
-    /// `RedisSaverBuilder::allow_eviction`).
-    #[error("{0}")]
+    /// `RedisSaverBuilder::allow_eviction`): why, followed by what that does and the fix.
+    #[error(
+        "{0}: a thread is several keys, so an evicted one leaves threads that load without \
+         some of their values or writes; set maxmemory-policy to noeviction, or build with \
+         allow_eviction(true) to accept it"
+    )]
     Evicting(String),
 }
 
