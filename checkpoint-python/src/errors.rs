@@ -50,7 +50,23 @@ pub(crate) fn to_py(err: Error) -> PyErr {
 
 /// `checkpoint_rs.errors.ClosedError`: a call on a saver after its `close()`.
 pub(crate) fn closed() -> PyErr {
-    let message = "the saver is closed";
+    closed_error("the saver is closed")
+}
+
+/// `checkpoint_rs.errors.ClosedError`: a call, in a forked child, on a SQLite saver opened
+/// by process `parent` before the fork.
+pub(crate) fn left_by_fork(parent: u32) -> PyErr {
+    closed_error(&format!(
+        "this SqliteSaver was opened by process {parent}, which forked this one: SQLite \
+         connections and the locks they hold cannot be shared with a forked child. Open the \
+         saver in the child, after the fork (for gunicorn: not at import with --preload; for \
+         multiprocessing: the 'spawn' or 'forkserver' start method), or close it before \
+         forking"
+    ))
+}
+
+/// `checkpoint_rs.errors.ClosedError` with `message`.
+pub(crate) fn closed_error(message: &str) -> PyErr {
     Python::attach(|py| {
         py.import("checkpoint_rs.errors")
             .and_then(|m| m.getattr("ClosedError"))

@@ -3,6 +3,7 @@
 mod convert;
 mod errors;
 mod open;
+mod runtime;
 mod saver;
 mod stream;
 

@@ -14,19 +14,13 @@ use checkpoint_core::{
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use crate::convert;
-use crate::errors::{IntoPyResult, closed, to_py};
+use crate::errors::{IntoPyResult, closed, left_by_fork, to_py};
 use crate::open::{self, Admin, Backend, Options, Wrappers};
+use crate::runtime::{future_into_py, process_id, runtime};
 use crate::stream::TupleStream;
-
-/// The process-wide tokio runtime every call runs on (pyo3-async-runtimes' own, so awaitables
-/// and blocking calls share connections and pools).
-pub(crate) fn runtime() -> &'static Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
-}
 
 /// Threads the background sweeper deletes per call (it calls again while a batch is full).
 const SWEEP_BATCH: usize = 500;
@@ -41,10 +35,11 @@ where
     F: Future<Output = Result<R>> + Send + 'static,
 {
     if blocking {
-        let out = py.detach(|| runtime().block_on(fut)).py()?;
+        let runtime = runtime()?;
+        let out = py.detach(|| runtime.block_on(fut)).py()?;
         convert(py, out)
     } else {
-        let awaitable = pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let awaitable = future_into_py(py, async move {
             let out = fut.await.map_err(to_py)?;
             Python::attach(|py| convert(py, out))
         })?;
@@ -75,20 +70,41 @@ pub(crate) fn new_checkpoint_id() -> String {
 /// directly.
 #[pyclass(frozen, module = "checkpoint_rs._native")]
 pub(crate) struct NativeSaver {
-    /// The saver while it is open; `None` once [`NativeSaver::close`] ran.
-    open: Mutex<Option<Opened>>,
+    state: Mutex<State>,
+    /// How the saver was opened, to open it again in a forked child.
+    recipe: Recipe,
     compare_and_set: bool,
     /// The saver's description and capabilities, which stay readable after closing.
     description: String,
     capabilities: Capabilities,
-    /// The `timeout` option.
-    timeout: Option<Duration>,
     /// What the background sweeper did, when there is one; readable after closing too.
     sweeper: Option<Arc<SweeperStatus>>,
 }
 
+enum State {
+    Open(Opened),
+    /// [`NativeSaver::close`] ran.
+    Closed,
+    /// A SQLite saver inherited by a forked child, which cannot use it (see `reopen`).
+    LeftByFork {
+        parent: u32,
+    },
+}
+
+/// What opens the saver: the backend and its options (the background sweeper's interval
+/// among them), the wrappers and the `timeout` option.
+#[derive(Clone)]
+struct Recipe {
+    backend: Backend,
+    options: Options,
+    wrappers: Wrappers,
+    timeout: Option<Duration>,
+}
+
 /// What an open `NativeSaver` holds.
 struct Opened {
+    /// The process that opened it: a forked child opens its own (see `reopen`).
+    pid: u32,
     /// The saver every call but `list` goes to: `stack` behind the `timeout` option.
     inner: Arc<dyn Saver>,
     /// The backend and its wrappers.
@@ -106,16 +122,147 @@ impl Drop for Opened {
     }
 }
 
-impl NativeSaver {
-    fn opened(&self) -> MutexGuard<'_, Option<Opened>> {
-        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+impl Opened {
+    /// Opens the recipe's backend, with its wrappers and sweeper, in this process.
+    fn open(
+        py: Python<'_>,
+        recipe: &Recipe,
+        sweeper: Option<&Arc<SweeperStatus>>,
+    ) -> PyResult<Self> {
+        let runtime = runtime()?;
+        let (backend, options) = (recipe.backend.clone(), recipe.options.clone());
+        let (saver, admin) = py
+            .detach(|| runtime.block_on(open::open(backend, options)))
+            .py()?;
+        Self::around(recipe, open::wrap(saver, recipe.wrappers), admin, sweeper)
     }
 
-    /// The saver, or `ClosedError` once closed. (The lock is released before the error is
-    /// built: building it runs Python, which may switch threads.)
-    fn saver(&self) -> PyResult<Arc<dyn Saver>> {
-        let inner = self.opened().as_ref().map(|o| Arc::clone(&o.inner));
-        inner.ok_or_else(closed)
+    /// The calls' saver (`stack` behind the `timeout` option) and the sweeper, in this
+    /// process.
+    fn around(
+        recipe: &Recipe,
+        stack: Arc<dyn Saver>,
+        admin: Admin,
+        sweeper: Option<&Arc<SweeperStatus>>,
+    ) -> PyResult<Self> {
+        // The deadline goes outermost, around every call but `list` (whose stream gets it
+        // for each batch it waits for: see `TupleStream`) and the background sweeper's, which
+        // finishes its batch however long it takes.
+        let inner: Arc<dyn Saver> = match recipe.timeout {
+            Some(limit) => Arc::new(Timeout::new(Arc::clone(&stack), limit)),
+            None => Arc::clone(&stack),
+        };
+        // Backends without thread TTLs refused the option before opening.
+        let sweeper = match recipe.options.sweep_interval.zip(sweeper) {
+            Some((every, status)) => {
+                let _runtime = runtime()?.enter();
+                Some(spawn_sweeper_reporting(
+                    Arc::clone(&stack),
+                    every,
+                    SWEEP_BATCH,
+                    Arc::clone(status),
+                ))
+            }
+            None => None,
+        };
+        Ok(Self {
+            pid: process_id(),
+            inner,
+            stack,
+            admin,
+            sweeper,
+        })
+    }
+}
+
+impl NativeSaver {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `pick` of the open saver, opening it first in a forked child; `ClosedError` once
+    /// closed. (The lock is released before an error is built, or the saver reopened: both
+    /// run Python, which may switch threads.)
+    fn with_opened<T>(&self, py: Python<'_>, pick: impl Fn(&Opened) -> T) -> PyResult<T> {
+        let pid = process_id();
+        // `Err(Some(parent))`: opened by the process this one forked from.
+        let found = match &*self.state() {
+            State::Open(o) if o.pid == pid => Ok(pick(o)),
+            State::Open(o) => Err(Some(o.pid)),
+            State::LeftByFork { parent } => Err(Some(*parent)),
+            State::Closed => Err(None),
+        };
+        let parent = match found {
+            Ok(picked) => return Ok(picked),
+            Err(None) => return Err(closed()),
+            Err(Some(parent)) => parent,
+        };
+        let mut reopened = Some(self.reopen(py, parent)?);
+        let mut state = self.state();
+        if matches!(&*state, State::Open(o) if o.pid != pid)
+            && let Some(reopened) = reopened.take()
+        {
+            // The inherited saver's connections and tasks belong to the parent: dropping
+            // them here would close the parent's sockets or wait for its threads.
+            std::mem::forget(std::mem::replace(&mut *state, State::Open(reopened)));
+        }
+        let found = match &*state {
+            State::Open(o) if o.pid == pid => Some(pick(o)),
+            _ => None,
+        };
+        drop(state);
+        // Another thread reopened it first, or it was closed meanwhile: as `close` does.
+        if let Some(unused) = reopened {
+            let runtime = runtime()?;
+            py.detach(|| {
+                let _runtime = runtime.enter();
+                drop(unused);
+            });
+        }
+        found.ok_or_else(closed)
+    }
+
+    /// The saver for a process forked from `parent`, which opened it. A network backend is
+    /// opened again (its tables exist: no setup), as is the background sweeper; the in-memory
+    /// saver keeps the data it had at the fork (the child's copy, as a Python dict would).
+    /// SQLite cannot be: its connections, and the locks they hold on the file, belong to the
+    /// parent, and SQLite keeps a process's locks on a file in memory the child inherits.
+    fn reopen(&self, py: Python<'_>, parent: u32) -> PyResult<Opened> {
+        match &self.recipe.backend {
+            Backend::Sqlite(_) => {
+                let mut state = self.state();
+                if let State::Open(o) = &*state
+                    && o.pid == parent
+                {
+                    std::mem::forget(std::mem::replace(&mut *state, State::LeftByFork { parent }));
+                }
+                drop(state);
+                Err(left_by_fork(parent))
+            }
+            Backend::Memory => {
+                let inherited = match &*self.state() {
+                    State::Open(o) => Some((Arc::clone(&o.stack), o.admin.clone())),
+                    _ => None,
+                };
+                let (stack, admin) = inherited.ok_or_else(closed)?;
+                Opened::around(&self.recipe, stack, admin, self.sweeper.as_ref())
+            }
+            _ => {
+                let recipe = Recipe {
+                    options: Options {
+                        setup: false,
+                        ..self.recipe.options.clone()
+                    },
+                    ..self.recipe.clone()
+                };
+                Opened::open(py, &recipe, self.sweeper.as_ref())
+            }
+        }
+    }
+
+    /// The saver.
+    fn saver(&self, py: Python<'_>) -> PyResult<Arc<dyn Saver>> {
+        self.with_opened(py, |o| Arc::clone(&o.inner))
     }
 
     /// [`call`] with an operation on the saver.
@@ -130,7 +277,17 @@ impl NativeSaver {
         R: Send + 'static,
         F: Future<Output = Result<R>> + Send + 'static,
     {
-        call(py, blocking, op(self.saver()?), convert)
+        call(py, blocking, op(self.saver(py)?), convert)
+    }
+}
+
+impl Drop for NativeSaver {
+    fn drop(&mut self) {
+        // A saver dropped in a forked child without being used there: as in `with_opened`.
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if matches!(state, State::Open(o) if o.pid != process_id()) {
+            std::mem::forget(std::mem::replace(state, State::Closed));
+        }
     }
 }
 
@@ -204,47 +361,33 @@ impl NativeSaver {
                 .map(|m| ttl_duration("sweep_interval_minutes", m * 60.0))
                 .transpose()?,
         };
-        let sweep_interval = options.sweep_interval;
-        let timeout = timeout_seconds.map(call_timeout).transpose()?;
-        let wrappers = Wrappers {
-            sanitize_on_load,
-            pending_markers,
-            skip_unsafe_put,
-            idempotent,
+        let recipe = Recipe {
+            backend,
+            timeout: timeout_seconds.map(call_timeout).transpose()?,
+            wrappers: Wrappers {
+                sanitize_on_load,
+                pending_markers,
+                skip_unsafe_put,
+                idempotent,
+            },
+            options,
         };
-        let (saver, admin) = py
-            .detach(|| runtime().block_on(open::open(backend, options)))
-            .py()?;
-        let stack = open::wrap(saver, wrappers);
-        // The deadline goes outermost, around every call but `list` (whose stream gets it
-        // for each batch it waits for: see `TupleStream`) and the background sweeper's, which
-        // finishes its batch however long it takes.
-        let inner: Arc<dyn Saver> = match timeout {
-            Some(limit) => Arc::new(Timeout::new(Arc::clone(&stack), limit)),
-            None => Arc::clone(&stack),
-        };
-        if compare_and_set && !inner.capabilities().compare_and_set {
+        let status = recipe
+            .options
+            .sweep_interval
+            .map(|_| Arc::new(SweeperStatus::default()));
+        let opened = Opened::open(py, &recipe, status.as_ref())?;
+        if compare_and_set && !opened.inner.capabilities().compare_and_set {
             return Err(PyValueError::new_err(
                 "compare_and_set: this backend does not provide compare-and-set puts",
             ));
         }
-        // Backends without thread TTLs refused the option before opening.
-        let status = sweep_interval.map(|_| Arc::new(SweeperStatus::default()));
-        let sweeper = sweep_interval.zip(status.clone()).map(|(every, status)| {
-            let _runtime = runtime().enter();
-            spawn_sweeper_reporting(Arc::clone(&stack), every, SWEEP_BATCH, status)
-        });
         Ok(Self {
-            description: format!("{inner:?}"),
-            capabilities: inner.capabilities(),
-            open: Mutex::new(Some(Opened {
-                inner,
-                stack,
-                admin,
-                sweeper,
-            })),
+            description: format!("{:?}", opened.inner),
+            capabilities: opened.inner.capabilities(),
+            state: Mutex::new(State::Open(opened)),
+            recipe,
             compare_and_set,
-            timeout,
             sweeper: status,
         })
     }
@@ -271,30 +414,40 @@ impl NativeSaver {
 
     /// The saver's description (backend and wrappers), never a connection string.
     fn __repr__(&self) -> String {
-        if self.opened().is_some() {
-            self.description.clone()
-        } else {
+        if self.closed() {
             format!("{} (closed)", self.description)
+        } else {
+            self.description.clone()
         }
     }
 
     /// Stops the background sweeper and lets go of the saver: its connections close once
     /// the calls still running and the `list` iterators still open are done with them.
     /// Every later call raises `ClosedError`; closing again does nothing.
-    fn close(&self, py: Python<'_>) {
-        let opened = self.opened().take();
-        // Dropping the saver may hand connections back to their pools, which runs on the
-        // runtime; without the GIL, as any other call.
-        py.detach(|| {
-            let _runtime = runtime().enter();
-            drop(opened);
-        });
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let state = std::mem::replace(&mut *self.state(), State::Closed);
+        match state {
+            State::Open(opened) if opened.pid == process_id() => {
+                // Dropping the saver may hand connections back to their pools, which runs
+                // on the runtime; without the GIL, as any other call.
+                let runtime = runtime()?;
+                py.detach(|| {
+                    let _runtime = runtime.enter();
+                    drop(opened);
+                });
+            }
+            // Opened by the process this one forked from: see `with_opened`.
+            State::Open(inherited) => std::mem::forget(inherited),
+            State::Closed | State::LeftByFork { .. } => {}
+        }
+        Ok(())
     }
 
-    /// Whether [`NativeSaver::close`] ran.
+    /// Whether [`NativeSaver::close`] ran (or, for SQLite, the process forked since it was
+    /// opened).
     #[getter]
     fn closed(&self) -> bool {
-        self.opened().is_none()
+        !matches!(&*self.state(), State::Open(_))
     }
 
     /// What the background sweeper did so far, `None` without one: whether its task still
@@ -306,11 +459,12 @@ impl NativeSaver {
         let Some(status) = &self.sweeper else {
             return Ok(None);
         };
-        let running = self
-            .opened()
-            .as_ref()
-            .and_then(|o| o.sweeper.as_ref())
-            .is_some_and(|task| !task.is_finished());
+        let running = match &*self.state() {
+            State::Open(o) if o.pid == process_id() => {
+                o.sweeper.as_ref().is_some_and(|task| !task.is_finished())
+            }
+            _ => false,
+        };
         let report = status.report();
         let seconds = |at: std::time::SystemTime| {
             at.duration_since(std::time::UNIX_EPOCH)
@@ -420,6 +574,7 @@ impl NativeSaver {
     #[allow(clippy::too_many_arguments)]
     fn list(
         &self,
+        py: Python<'_>,
         thread_id: Option<String>,
         checkpoint_ns: Option<String>,
         checkpoint_id: Option<String>,
@@ -434,17 +589,15 @@ impl NativeSaver {
         options.before = before;
         options.limit = limit;
         // `list` is lazy: building the stream does no I/O, but backends spawn on the runtime.
-        let stack = self.opened().as_ref().map(|o| Arc::clone(&o.stack));
-        let stack = stack.ok_or_else(closed)?;
-        let _guard = runtime().enter();
-        Ok(TupleStream::new(stack.list(options), self.timeout))
+        let stack = self.with_opened(py, |o| Arc::clone(&o.stack))?;
+        let _guard = runtime()?.enter();
+        Ok(TupleStream::new(stack.list(options), self.recipe.timeout))
     }
 
     /// Deletes everything the store holds (Redis: every key under the prefix; MongoDB:
     /// every collection of the configuration); the number of keys deleted or `None`.
     fn destroy(&self, py: Python<'_>, blocking: bool) -> PyResult<Py<PyAny>> {
-        let admin = self.opened().as_ref().map(|o| o.admin.clone());
-        let admin = admin.ok_or_else(closed)?;
+        let admin = self.with_opened(py, |o| o.admin.clone())?;
         call(py, blocking, admin.destroy(), |py, n| {
             Ok(n.into_pyobject(py)?.into_any().unbind())
         })

@@ -9,8 +9,8 @@ use pyo3::prelude::*;
 use tokio::sync::Mutex;
 
 use crate::convert::tuple_to_py;
-use crate::errors::to_py;
-use crate::saver::runtime;
+use crate::errors::{closed_error, to_py};
+use crate::runtime::{future_into_py, process_id, runtime};
 
 struct Cursor {
     stream: BoxStream<'static, Result<CheckpointTuple>>,
@@ -28,17 +28,23 @@ impl Drop for Cursor {
         // A page fetch cut short (an awaited batch cancelled) may hold a pooled connection,
         // which goes back to its pool through a task on the runtime; Python drops the last
         // cursor outside it.
-        let _runtime = runtime().enter();
-        drop(std::mem::replace(
-            &mut self.stream,
-            Box::pin(futures::stream::empty()),
-        ));
+        let stream = std::mem::replace(&mut self.stream, Box::pin(futures::stream::empty()));
+        match runtime() {
+            Ok(runtime) => {
+                let _runtime = runtime.enter();
+                drop(stream);
+            }
+            Err(_) => std::mem::forget(stream),
+        }
     }
 }
 
 /// The tuples of one `list` call, newest first, fetched page by page as they are pulled.
 #[pyclass(frozen, module = "checkpoint_rs._native")]
 pub(crate) struct TupleStream {
+    /// The process that started the `list`: its page fetches run on that process's
+    /// connections, which a forked child cannot use.
+    started_by: u32,
     cursor: Arc<Mutex<Cursor>>,
 }
 
@@ -48,6 +54,7 @@ impl TupleStream {
         limit: Option<Duration>,
     ) -> Self {
         Self {
+            started_by: process_id(),
             cursor: Arc::new(Mutex::new(Cursor {
                 stream,
                 limit,
@@ -116,14 +123,38 @@ fn batch_to_py(py: Python<'_>, batch: &[CheckpointTuple]) -> PyResult<Vec<Py<PyA
     batch.iter().map(|t| tuple_to_py(py, t)).collect()
 }
 
+impl TupleStream {
+    /// The cursor, unless this process forked from the one that started the `list`.
+    fn cursor(&self) -> PyResult<Arc<Mutex<Cursor>>> {
+        let started_by = self.started_by;
+        if started_by == process_id() {
+            return Ok(Arc::clone(&self.cursor));
+        }
+        Err(closed_error(&format!(
+            "this list iterator was started by process {started_by}, which forked this one; \
+             call list() again in this process"
+        )))
+    }
+}
+
+impl Drop for TupleStream {
+    fn drop(&mut self) {
+        if self.started_by != process_id() {
+            // The cursor is the parent's (see `NativeSaver::with_opened`): never dropped here.
+            std::mem::forget(Arc::clone(&self.cursor));
+        }
+    }
+}
+
 #[pymethods]
 impl TupleStream {
     /// The next tuples (at most `max`), blocking without the GIL; `[]` at the end.
     #[pyo3(signature = (max = 64))]
     fn next_batch(&self, py: Python<'_>, max: usize) -> PyResult<Vec<Py<PyAny>>> {
-        let cursor = self.cursor.clone();
+        let cursor = self.cursor()?;
+        let runtime = runtime()?;
         let batch = py
-            .detach(|| runtime().block_on(next_batch(cursor, max)))
+            .detach(|| runtime.block_on(next_batch(cursor, max)))
             .map_err(to_py)?;
         batch_to_py(py, &batch)
     }
@@ -131,8 +162,8 @@ impl TupleStream {
     /// An awaitable of the next tuples (at most `max`); `[]` at the end.
     #[pyo3(signature = (max = 64))]
     fn anext_batch<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyAny>> {
-        let cursor = self.cursor.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let cursor = self.cursor()?;
+        future_into_py(py, async move {
             let batch = next_batch(cursor, max).await.map_err(to_py)?;
             Python::attach(|py| batch_to_py(py, &batch))
         })
