@@ -11,6 +11,7 @@ use std::cell::OnceCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -47,6 +48,36 @@ pub(crate) fn runtime() -> PyResult<&'static Runtime> {
             Ok(runtime)
         }
     }
+}
+
+/// How often a blocking call lets the main thread's signal handlers run.
+const SIGNAL_CHECKS: Duration = Duration::from_millis(50);
+
+/// `fut` run to completion on this process's runtime without the GIL, while the main
+/// thread's signal handlers still run every [`SIGNAL_CHECKS`]: Ctrl-C's `KeyboardInterrupt`
+/// (or any exception a handler raises) ends a call that waits on a lock or an unreachable
+/// server, as it does psycopg's. The call's future is then dropped, as the `timeout` option
+/// drops it: it may have taken effect or not.
+pub(crate) fn block_on<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let runtime = runtime()?;
+    py.detach(|| {
+        runtime.block_on(async {
+            let mut fut = std::pin::pin!(fut);
+            loop {
+                tokio::select! {
+                    biased;
+                    out = &mut fut => return Ok(out),
+                    () = tokio::time::sleep(SIGNAL_CHECKS) => {
+                        Python::attach(|py| py.check_signals())?;
+                    }
+                }
+            }
+        })
+    })
 }
 
 /// An awaitable of `fut` on this process's runtime, its result converted by `result` in the

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::convert;
 use crate::errors::{IntoPyResult, closed, left_by_fork, to_py};
 use crate::open::{self, Admin, Backend, Options, Wrappers};
-use crate::runtime::{future_into_py, process_id, runtime};
+use crate::runtime::{block_on, future_into_py, process_id, runtime};
 use crate::stream::TupleStream;
 
 /// Threads the background sweeper deletes per call (it calls again while a batch is full).
@@ -35,8 +35,7 @@ where
     F: Future<Output = Result<R>> + Send + 'static,
 {
     if blocking {
-        let runtime = runtime()?;
-        let out = py.detach(|| runtime.block_on(fut)).py()?;
+        let out = block_on(py, fut)?.py()?;
         convert(py, out)
     } else {
         let awaitable = future_into_py(py, async move {
@@ -129,11 +128,8 @@ impl Opened {
         recipe: &Recipe,
         sweeper: Option<&Arc<SweeperStatus>>,
     ) -> PyResult<Self> {
-        let runtime = runtime()?;
         let (backend, options) = (recipe.backend.clone(), recipe.options.clone());
-        let (saver, admin) = py
-            .detach(|| runtime.block_on(open::open(backend, options)))
-            .py()?;
+        let (saver, admin) = block_on(py, open::open(backend, options))?.py()?;
         Self::around(recipe, open::wrap(saver, recipe.wrappers), admin, sweeper)
     }
 

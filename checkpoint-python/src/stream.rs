@@ -10,7 +10,7 @@ use tokio::sync::Mutex;
 
 use crate::convert::tuple_to_py;
 use crate::errors::{closed_error, to_py};
-use crate::runtime::{future_into_py, process_id, runtime};
+use crate::runtime::{block_on, future_into_py, process_id, runtime};
 
 struct Cursor {
     stream: BoxStream<'static, Result<CheckpointTuple>>,
@@ -152,10 +152,7 @@ impl TupleStream {
     #[pyo3(signature = (max = 64))]
     fn next_batch(&self, py: Python<'_>, max: usize) -> PyResult<Vec<Py<PyAny>>> {
         let cursor = self.cursor()?;
-        let runtime = runtime()?;
-        let batch = py
-            .detach(|| runtime.block_on(next_batch(cursor, max)))
-            .map_err(to_py)?;
+        let batch = block_on(py, next_batch(cursor, max))?.map_err(to_py)?;
         batch_to_py(py, &batch)
     }
 

@@ -8,10 +8,12 @@ import asyncio
 import gc
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -329,6 +331,41 @@ async def test_timeout_bounds_calls_that_wait(make_store) -> None:
         with pytest.raises(errors.InvalidInputError, match="timeout"):
             store.saver(timeout=bad)
     assert store.saver(timeout=timedelta(seconds=5)).get_tuple(config) is not None
+
+
+def test_ctrl_c_interrupts_a_call_that_waits(make_store) -> None:
+    """A blocking call waits without the GIL, yet the main thread's signal handlers still
+    run: Ctrl-C raises KeyboardInterrupt in a call that waits on another session's lock
+    (before, only once the lock was released, which may be never), and the saver works
+    afterwards. The put cut short either took effect or did not: the head is one of the
+    two checkpoints."""
+    import psycopg
+
+    store = make_store("postgres")
+    saver = store.saver()
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    [first] = put_chain(saver, "t", 1)
+    interrupted_at = []
+    with psycopg.connect(store.target) as locker:
+        # Should the interrupt not arrive, the lock's session ends after 20 s.
+        locker.execute("SET idle_in_transaction_session_timeout = '20s'")
+        locker.execute(f'LOCK TABLE "{store.options["schema"]}".checkpoints IN ACCESS EXCLUSIVE MODE')
+        ctrl_c = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+        ctrl_c.start()
+        cut = empty_checkpoint()
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                saver.put(config, cut, {"source": "loop", "step": 1, "parents": {}}, {})
+            finally:
+                ctrl_c.join()
+                # The locker's session (and so its lock) still lives: the put was
+                # interrupted while it waited.
+                interrupted_at.append(locker.execute("SELECT 1").fetchone())
+        locker.rollback()
+    assert interrupted_at == [(1,)]
+    head = saver.get_tuple({"configurable": {"thread_id": "t"}})
+    assert head.config["configurable"]["checkpoint_id"] in (first, cut["id"])
+    assert put_chain(saver, "after", 1)
 
 
 def open_descriptors_of(path: str) -> int:
