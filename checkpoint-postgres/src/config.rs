@@ -9,7 +9,7 @@ use checkpoint_core::{Error, Result, ThreadTtl};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::core::Inner;
-use crate::error::classify;
+use crate::error::{PgError, PgResult, classify};
 
 /// Connections idle for longer than this are pinged before use.
 const IDLE_PING_AFTER: Duration = Duration::from_secs(10);
@@ -152,6 +152,9 @@ impl PostgresSaverBuilder {
             Err(sqlx::Error::PoolTimedOut) => return Err(no_connection(&options).await),
             Err(e) => return Err(classify(e)),
         };
+        if let Some(schema) = &self.schema {
+            check_search_path(&pool, schema).await?;
+        }
         Ok(Inner::new(
             pool,
             self.lost,
@@ -179,7 +182,7 @@ impl PostgresSaverBuilder {
             None => Ok(options),
             Some(schema) => {
                 check_schema_name(schema)?;
-                Ok(options.options([("search_path", schema.as_str())]))
+                Ok(options.options([("search_path", search_path(schema))]))
             }
         }
     }
@@ -205,6 +208,30 @@ async fn no_connection(options: &PgConnectOptions) -> Error {
     Error::Unavailable {
         backend: "postgres",
         source: format!("{}; connecting: {why}", sqlx::Error::PoolTimedOut).into(),
+    }
+}
+
+/// The `search_path` naming exactly `schema`: quoted, as `setup` creates it, so that a name
+/// with capitals is not folded to lower case (letters, digits and `_` need no escaping).
+pub(crate) fn search_path(schema: &str) -> String {
+    format!("\"{schema}\"")
+}
+
+/// Checks that the connection's `search_path` is the one the saver set for `schema`.
+pub(crate) async fn check_search_path<'c, E>(conn: E, schema: &str) -> PgResult<()>
+where
+    E: sqlx::PgExecutor<'c>,
+{
+    let found: String = sqlx::query_scalar("SELECT current_setting('search_path')")
+        .fetch_one(conn)
+        .await?;
+    if found == search_path(schema) {
+        Ok(())
+    } else {
+        Err(PgError::SearchPathIgnored {
+            schema: schema.to_owned(),
+            found,
+        })
     }
 }
 

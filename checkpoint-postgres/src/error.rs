@@ -10,6 +10,17 @@ pub(crate) enum PgError {
     /// A driver error, classified by [`classify`].
     #[error(transparent)]
     Sqlx(#[from] sqlx::Error),
+    /// The connection's `search_path` is not the configured schema: the server (or a pooler
+    /// in front of it) ignored the startup option that sets it.
+    #[error(
+        "schema {schema:?} was configured, but the connection's search_path is {found:?}: \
+         something between the saver and PostgreSQL ignored the search_path startup option \
+         (PgBouncer drops it when `options` is in ignore_startup_parameters), and the saver \
+         would read and write the tables of another schema. Connect to PostgreSQL directly, \
+         or leave the schema unset and give the role that search_path \
+         (ALTER ROLE ... SET search_path = ...)"
+    )]
+    SearchPathIgnored { schema: String, found: String },
     /// A stored row this crate cannot read back.
     #[error("corrupt row: {what}")]
     Corrupt {
@@ -73,6 +84,10 @@ impl From<PgError> for Error {
             PgError::Corrupt { what, source } => Error::Serialization {
                 reason: format!("postgres: {what}"),
                 source,
+            },
+            e @ PgError::SearchPathIgnored { .. } => Error::Backend {
+                backend: BACKEND,
+                source: Box::new(e),
             },
         }
     }

@@ -9,6 +9,7 @@
 //! compare-and-set helper function) are versioned separately in `checkpoint_rs_migrations`,
 //! so they never shift LangGraph's numbering.
 
+use crate::config::check_search_path;
 use crate::core::Inner;
 use crate::error::PgResult;
 use crate::sql;
@@ -26,6 +27,8 @@ pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
         .execute(&mut *tx)
         .await?;
     if let Some(schema) = &inner.schema {
+        // A lazily connected saver's first check (see `connect`).
+        check_search_path(&mut *tx, schema).await?;
         // Validated by check_schema_name: letters, digits and '_' only.
         let create = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
         sqlx::query(&create).execute(&mut *tx).await?;

@@ -8,6 +8,7 @@ mod conformance;
 mod crash;
 mod hostile;
 mod interop;
+mod pooler;
 mod recovery;
 mod restart;
 mod stack;
