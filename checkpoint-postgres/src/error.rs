@@ -42,29 +42,34 @@ impl PgError {
     }
 }
 
-/// SQLSTATE codes after which retrying the same call may succeed.
+/// SQLSTATE codes after which retrying the same call may succeed: the session ended (see
+/// [`session_ended`]), or the statement lost a race or waited too long.
 fn transient_sqlstate(code: &str) -> bool {
-    code.starts_with("08") // connection exception
+    session_ended(code)
         || code == "40001" // serialization_failure
         || code == "40P01" // deadlock_detected
         || code == "53300" // too_many_connections
         || code == "55P03" // lock_not_available
-        || code == "57P01" // admin_shutdown
-        || code == "57P02" // crash_shutdown
         || code == "57P03" // cannot_connect_now
         || code == "57014" // query_canceled (statement timeout)
 }
 
+/// SQLSTATE codes with which the server ends a session: a connection exception, a shutdown
+/// or `pg_terminate_backend` (57P01), crash recovery (57P02), and the session timeouts
+/// (`idle_session_timeout`, 57P05; `idle_in_transaction_session_timeout`, 25P03), whose
+/// message a pooled connection finds waiting at its next call.
+fn session_ended(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P05" | "25P03")
+}
+
 /// Whether a call failed because its connection was dead or died under it: the socket
-/// failed or reached its end, or the server ended the session (shutdown, crash recovery,
-/// `pg_terminate_backend`, a connection exception). Such a call did not commit, or (its
-/// answer lost) committed a statement that an idempotent call may run again.
+/// failed or reached its end, or the server ended the session ([`session_ended`]). Such a
+/// call did not commit, or (its answer lost) committed a statement that an idempotent call
+/// may run again.
 pub(crate) fn connection_lost(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|code| code.starts_with("08") || code == "57P01" || code == "57P02"),
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| session_ended(&code)),
         _ => false,
     }
 }

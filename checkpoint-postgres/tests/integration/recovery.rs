@@ -230,3 +230,45 @@ async fn a_server_that_refuses_connections_is_named_as_the_reason() {
         started.elapsed()
     );
 }
+
+/// The server ends sessions idle for longer than `idle_session_timeout` (PostgreSQL 14+;
+/// managed services set it), and a pooled connection finds the FATAL waiting at its next
+/// call. Such a call runs again on a live connection, as after a restart; before, it failed
+/// with a non-transient error after every idle spell.
+#[tokio::test]
+async fn sessions_the_server_ended_for_idling_are_replaced_without_failed_calls() {
+    let Some(url) = common::url_or_skip() else {
+        return;
+    };
+    let schema = common::unique_schema();
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let saver = checkpoint_postgres::PostgresSaverBuilder::new(
+        options.options([("idle_session_timeout", "300")]),
+    )
+    .schema(&schema)
+    .max_connections(3)
+    .connect()
+    .await
+    .unwrap();
+    saver.setup().await.unwrap();
+    let mut head = CheckpointConfig::new("idle");
+    for round in 0..4 {
+        // Longer than the timeout, shorter than the pool's 10 s idle ping.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let mut c = checkpoint_core::Checkpoint::new();
+        c.set("round", &round).unwrap();
+        let v = c.channel_versions.clone();
+        head = saver
+            .put(&head, c, CheckpointMetadata::new(), v, PutOptions::new())
+            .await
+            .unwrap_or_else(|e| panic!("put after idling, round {round}: {}", e.chain()));
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let latest = saver
+            .get_tuple(&CheckpointConfig::new("idle"))
+            .await
+            .unwrap_or_else(|e| panic!("get_tuple after idling, round {round}: {}", e.chain()))
+            .unwrap();
+        assert_eq!(latest.config, head);
+    }
+    common::drop_schemas(&url, &[schema]).await;
+}
