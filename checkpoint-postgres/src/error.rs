@@ -46,6 +46,7 @@ impl PgError {
 /// [`session_ended`]), or the statement lost a race or waited too long.
 fn transient_sqlstate(code: &str) -> bool {
     session_ended(code)
+        || read_only(code)
         || code == "40001" // serialization_failure
         || code == "40P01" // deadlock_detected
         || code == "53300" // too_many_connections
@@ -62,14 +63,25 @@ fn session_ended(code: &str) -> bool {
     code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P05" | "25P03")
 }
 
-/// Whether a call failed because its connection was dead or died under it: the socket
-/// failed or reached its end, or the server ended the session ([`session_ended`]). Such a
-/// call did not commit, or (its answer lost) committed a statement that an idempotent call
-/// may run again.
+/// SQLSTATE 25006 (read_only_sql_transaction): the server no longer takes writes. After a
+/// failover the old primary, now a standby, keeps the connections made to it, while new
+/// connections go where the service's address now points; a pool would hand the stale ones
+/// out until their lifetime ends (30 minutes by default).
+fn read_only(code: &str) -> bool {
+    code == "25006"
+}
+
+/// Whether a call failed because its connection was dead, died under it, or can no longer
+/// write: the socket failed or reached its end, the server ended the session
+/// ([`session_ended`]), or it turned read-only ([`read_only`]). Such a call did not commit,
+/// or (its answer lost) committed a statement that an idempotent call may run again; its
+/// connection is closed.
 pub(crate) fn connection_lost(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| session_ended(&code)),
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| session_ended(&code) || read_only(&code)),
         _ => false,
     }
 }

@@ -448,6 +448,12 @@ impl<DB: Database> Conn<DB> {
         } = self;
         warm.push(conn, out_since);
     }
+
+    /// The call found the connection unusable: it is closed instead of going back to the
+    /// pool, where the next operation would meet the same failure.
+    pub fn discard(mut self) {
+        self.conn.close_on_drop();
+    }
 }
 
 impl<DB: Database> Deref for Conn<DB> {
@@ -469,10 +475,11 @@ impl<DB: Database> DerefMut for Conn<DB> {
 /// call's `Result<_, sqlx::Error>`; failing to get a connection returns
 /// `Err($classify(error))` from the enclosing function.
 ///
-/// With `retry_if $lost` (a `fn(&sqlx::Error) -> bool` saying the connection was dead),
-/// for a call that may run twice (a read, an idempotent write): when `$lost` holds for its
-/// error, [`Warm::connection_lost`] runs and `$run` is evaluated and awaited once more, on
-/// another connection.
+/// With `retry_if $lost` (a `fn(&sqlx::Error) -> bool` saying the connection is dead or
+/// unusable), for a call that may run twice (a read, an idempotent write): when `$lost`
+/// holds for its error, the connection is closed ([`Conn::discard`]),
+/// [`Warm::connection_lost`] runs and `$run` is evaluated and awaited once more, on another
+/// connection.
 ///
 /// ```ignore
 /// let rows = warm!(inner.warm, classify, |conn| sqlx::query(SQL).bind(id).fetch_all(conn))
@@ -488,12 +495,25 @@ macro_rules! __warm {
     ($warm:expr, $classify:path, retry_if $lost:path, |$conn:ident| $run:expr) => {{
         let mut retried = false;
         loop {
-            match $crate::backend::warm!($warm, $classify, |$conn| $run) {
-                Err(e) if !retried && $lost(&e) => {
+            let mut warm_conn = $warm.acquire().await.map_err($classify)?;
+            let out = {
+                let $conn = &mut *warm_conn;
+                $run.await
+            };
+            match out {
+                Ok(out) => {
+                    warm_conn.done();
+                    break Ok(out);
+                }
+                Err(e) if $lost(&e) => {
+                    warm_conn.discard();
+                    if retried {
+                        break Err(e);
+                    }
                     retried = true;
                     $warm.connection_lost(&e);
                 }
-                out => break out,
+                Err(e) => break Err(e),
             }
         }
     }};

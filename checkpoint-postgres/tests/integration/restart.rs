@@ -221,3 +221,83 @@ async fn no_call_fails_on_a_connection_a_restart_killed() {
         .await
         .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", log_tail(&pg.dir)));
 }
+
+/// A failover leaves the connections made to the old primary on a server that no longer
+/// takes writes (SQLSTATE 25006), here simulated by turning the private server read-only.
+/// A write then fails with a transient error, and the connections it met are closed
+/// rather than handed out again; once the server takes writes, the saver writes on new
+/// connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_to_a_server_that_turned_read_only_are_closed() {
+    use checkpoint_core::{Error, Saver};
+    use checkpoint_postgres::sqlx;
+
+    let Some((pg, saver)) = private_saver().await else {
+        return;
+    };
+    let admin = sqlx::PgPool::connect(&pg.url()).await.unwrap();
+    let read_only = |on: bool| {
+        let admin = admin.clone();
+        async move {
+            let set = format!("ALTER SYSTEM SET default_transaction_read_only = {on}");
+            sqlx::query(&set).execute(&admin).await.unwrap();
+            sqlx::query("SELECT pg_reload_conf()")
+                .execute(&admin)
+                .await
+                .unwrap();
+            // Each backend applies the reloaded setting at its next command.
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    };
+    let saver_backends = || {
+        let admin = admin.clone();
+        async move {
+            let pids: Vec<i32> = sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' \
+                 AND pid <> pg_backend_pid() AND application_name <> 'admin' ORDER BY pid",
+            )
+            .fetch_all(&admin)
+            .await
+            .unwrap();
+            pids
+        }
+    };
+    sqlx::query("SET application_name = 'admin'")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let first = checkpoint_conformance::fixtures::put_chain(&saver, "t", "", 1, "run")
+        .await
+        .unwrap();
+    let before = saver_backends().await;
+    assert!(!before.is_empty());
+
+    read_only(true).await;
+    let err = checkpoint_conformance::fixtures::put_chain(&saver, "t2", "", 1, "run")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{}", err.chain());
+    assert!(err.chain().contains("read-only"), "{}", err.chain());
+    // Reads still work on the read-only server.
+    let latest = saver.get_tuple(&first[0].config).await.unwrap().unwrap();
+    assert_eq!(latest.config, first[0].config);
+
+    read_only(false).await;
+    checkpoint_conformance::fixtures::put_chain(&saver, "t3", "", 2, "run")
+        .await
+        .unwrap_or_else(|e| panic!("a write once the server takes writes: {}", e.chain()));
+    // The two connections the failed put met were closed, not kept.
+    let mut gone = false;
+    for _ in 0..50 {
+        let now = saver_backends().await;
+        if before.iter().filter(|pid| !now.contains(pid)).count() >= 2.min(before.len()) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        gone,
+        "the connections that failed on the read-only server are still open"
+    );
+}
