@@ -33,13 +33,34 @@ pub fn unique_schema() -> String {
 /// A saver in a new schema, set up.
 pub async fn fresh_saver(url: &str) -> Result<(PostgresSaver, String), BoxError> {
     let schema = unique_schema();
+    let saver = saver_in_schema(url, &schema).await?;
+    Ok((saver, schema))
+}
+
+/// A saver in `schema`, set up.
+pub async fn saver_in_schema(url: &str, schema: &str) -> Result<PostgresSaver, BoxError> {
     let saver = PostgresSaver::builder(url)?
-        .schema(&schema)
+        .schema(schema)
         .max_connections(8)
         .connect()
         .await?;
     saver.setup().await?;
-    Ok((saver, schema))
+    Ok(saver)
+}
+
+/// A TCP port free on 127.0.0.1 (bound, then released), for a private server.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Whether the tests run as root (the server tools and PgBouncer refuse to).
+pub fn as_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 /// Drops schemas created for a test.

@@ -4,17 +4,19 @@
 //! tables of the default schema without a word. Schema names with capitals, which the
 //! `search_path` folded to lower case, are covered here too.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use checkpoint_conformance::fixtures;
 use checkpoint_core::{Error, Saver};
-use checkpoint_postgres::{PostgresSaver, PostgresSaverBuilder, sqlx};
+use checkpoint_postgres::{PostgresSaverBuilder, sqlx};
 use futures::StreamExt;
 
-use crate::common::{drop_schemas, unique_schema, url_or_skip};
+use crate::common::{
+    as_root, drop_schemas, free_port, saver_in_schema, unique_schema, url_or_skip,
+};
 
 /// A PgBouncer of this test alone, in front of the test server, stopped on drop.
 struct PrivateBouncer {
@@ -28,10 +30,7 @@ impl PrivateBouncer {
     /// deployments that need it to accept clients configure it.
     fn start(upstream: &sqlx::postgres::PgConnectOptions) -> Result<Self, String> {
         let bin = bouncer_binary()?;
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
+        let port = free_port().map_err(|e| e.to_string())?;
         let dir = std::env::temp_dir().join(format!("cp-pgbouncer-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let config = format!(
@@ -83,13 +82,6 @@ impl Drop for PrivateBouncer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
 /// `CHECKPOINT_TEST_PGBOUNCER` (set by `scripts/test.sh`), else `pgbouncer` on the path or
@@ -178,13 +170,7 @@ async fn a_schema_the_pooler_drops_is_refused_not_replaced_by_the_default() {
 async fn a_schema_name_with_capitals_is_used_as_written() {
     let Some(url) = url_or_skip() else { return };
     let schema = format!("Mixed_{}", unique_schema());
-    let saver = PostgresSaver::builder(&url)
-        .unwrap()
-        .schema(&schema)
-        .connect()
-        .await
-        .unwrap();
-    saver.setup().await.unwrap();
+    let saver = saver_in_schema(&url, &schema).await.unwrap();
     let put = fixtures::put_chain(&saver, "capitals", "", 2, "run")
         .await
         .unwrap();

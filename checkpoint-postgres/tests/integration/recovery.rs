@@ -203,10 +203,7 @@ async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
 #[tokio::test]
 async fn a_server_that_refuses_connections_is_named_as_the_reason() {
     // A port nothing listens on: bound, then released.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
+    let port = common::free_port().unwrap();
     let options: sqlx::postgres::PgConnectOptions =
         format!("postgres://postgres@127.0.0.1:{port}/postgres")
             .parse()

@@ -4,13 +4,14 @@
 //! repeatedly, while the crash test's writers run; acknowledged writes must survive WAL
 //! recovery and the same saver must carry on (see `checkpoint_conformance::chaos`).
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
 use checkpoint_conformance::chaos;
 use checkpoint_postgres::PostgresSaver;
+
+use crate::common::{as_root, free_port};
 
 /// A PostgreSQL instance of this test alone, stopped and removed on drop.
 struct PrivatePg {
@@ -23,10 +24,7 @@ impl PrivatePg {
     /// `initdb` and start, or why not.
     fn start() -> Result<Self, String> {
         let bin = server_bindir()?;
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
+        let port = free_port().map_err(|e| e.to_string())?;
         let dir = std::env::temp_dir().join(format!("cp-pg-restart-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -138,13 +136,6 @@ fn server_bindir() -> Result<PathBuf, String> {
             bin.display()
         ))
     }
-}
-
-fn as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 fn run(command: &mut Command) -> Result<(), String> {
