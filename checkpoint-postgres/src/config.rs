@@ -182,7 +182,7 @@ impl PostgresSaverBuilder {
             None => Ok(options),
             Some(schema) => {
                 check_schema_name(schema)?;
-                Ok(options.options([("search_path", search_path(schema))]))
+                Ok(options.options([("search_path", quoted_schema(schema))]))
             }
         }
     }
@@ -211,9 +211,10 @@ async fn no_connection(options: &PgConnectOptions) -> Error {
     }
 }
 
-/// The `search_path` naming exactly `schema`: quoted, as `setup` creates it, so that a name
-/// with capitals is not folded to lower case (letters, digits and `_` need no escaping).
-pub(crate) fn search_path(schema: &str) -> String {
+/// `schema` as a quoted identifier, for `setup` to create it and for the `search_path`
+/// naming exactly it (a name with capitals is not folded to lower case; letters, digits and
+/// `_`, all `check_schema_name` lets through, need no escaping).
+pub(crate) fn quoted_schema(schema: &str) -> String {
     format!("\"{schema}\"")
 }
 
@@ -225,7 +226,7 @@ where
     let found: String = sqlx::query_scalar("SELECT current_setting('search_path')")
         .fetch_one(conn)
         .await?;
-    if found == search_path(schema) {
+    if found == quoted_schema(schema) {
         Ok(())
     } else {
         Err(PgError::SearchPathIgnored {

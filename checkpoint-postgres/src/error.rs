@@ -43,7 +43,8 @@ impl PgError {
 }
 
 /// SQLSTATE codes after which retrying the same call may succeed: the session ended (see
-/// [`session_ended`]), or the statement lost a race or waited too long.
+/// [`session_ended`]), the server turned read-only (see [`read_only`]), or the statement
+/// lost a race or waited too long.
 fn transient_sqlstate(code: &str) -> bool {
     session_ended(code)
         || read_only(code)

@@ -9,7 +9,7 @@
 //! compare-and-set helper function) are versioned separately in `checkpoint_rs_migrations`,
 //! so they never shift LangGraph's numbering.
 
-use crate::config::check_search_path;
+use crate::config::{check_search_path, quoted_schema};
 use crate::core::Inner;
 use crate::error::PgResult;
 use crate::sql;
@@ -29,8 +29,7 @@ pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
     if let Some(schema) = &inner.schema {
         // A lazily connected saver's first check (see `connect`).
         check_search_path(&mut *tx, schema).await?;
-        // Validated by check_schema_name: letters, digits and '_' only.
-        let create = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
+        let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quoted_schema(schema));
         sqlx::query(&create).execute(&mut *tx).await?;
     }
     for (steps, version, record) in [
