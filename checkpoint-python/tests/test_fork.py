@@ -11,13 +11,10 @@ import os
 import signal
 import time
 import traceback
-from pathlib import Path
 from typing import Callable
 
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
 
-import checkpoint_rs
 from checkpoint_rs import errors
 from conftest import open_spec
 from graphs import CounterState
