@@ -46,6 +46,10 @@ struct Cli {
     /// the saver's defaults (transactions, `w: "majority"`, journaled).
     #[arg(long, value_enum, default_value_t = MongoDurability::Default)]
     mongo_durability: MongoDurability,
+    /// PostgreSQL only: run the saver as behind a transaction-mode pooler (each call in a
+    /// transaction of its own, unnamed statements); the report's `settings` say so.
+    #[arg(long)]
+    postgres_transaction_pooling: bool,
     /// Also write the JSON report to this file (parent directories are created).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -72,7 +76,8 @@ async fn main() -> ExitCode {
     }
     let options = BackendOptions::new()
         .url(cli.url)
-        .mongo_durability(cli.mongo_durability);
+        .mongo_durability(cli.mongo_durability)
+        .postgres_transaction_pooling(cli.postgres_transaction_pooling);
     let backend = match checkpoint_bench::open(&cli.backend, &options).await {
         Ok(b) => b,
         Err(e) => {

@@ -19,7 +19,7 @@ pub(crate) async fn delete_thread(inner: &Inner, thread_id: &str) -> Result<()> 
     if thread_id.is_empty() || !storable(thread_id) {
         return Ok(());
     }
-    warm!(idempotent inner.warm, |conn| sqlx::query(sql::DELETE_THREAD)
+    warm!(idempotent inner.conns, |conn| sqlx::query(sql::DELETE_THREAD)
         .bind(thread_id)
         .execute(conn))
     .map_err(classify)?;
@@ -37,7 +37,7 @@ pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Re
     // An expired target is emptied first, so the copy does not bring its old rows back.
     write_live(inner, &[target], || async {
         let expired: bool =
-            warm!(idempotent inner.warm, |conn| sqlx::query_scalar(sql::COPY_THREAD)
+            warm!(idempotent inner.conns, |conn| sqlx::query_scalar(sql::COPY_THREAD)
             .bind(source)
             .bind(target)
             .bind(inner.default_ttl_ms)
@@ -71,7 +71,7 @@ pub(crate) async fn prune(
                 .bind(i64::try_from(keep).unwrap_or(i64::MAX))
         }
     };
-    warm!(idempotent inner.warm, |conn| query().execute(conn)).map_err(classify)?;
+    warm!(idempotent inner.conns, |conn| query().execute(conn)).map_err(classify)?;
     Ok(())
 }
 
@@ -84,7 +84,7 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
     if runs.is_empty() {
         return Ok(());
     }
-    warm!(idempotent inner.warm, |conn| sqlx::query(sql::DELETE_FOR_RUNS)
+    warm!(idempotent inner.conns, |conn| sqlx::query(sql::DELETE_FOR_RUNS)
         .bind(&runs)
         .execute(conn))
     .map_err(classify)?;
@@ -98,14 +98,14 @@ pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTt
     let mut tx = inner.begin().await.map_err(classify)?;
     sqlx::query(sql::FORGET_EXPIRED)
         .bind([thread_id])
-        .execute(&mut *tx)
+        .execute(inner.conns.on(&mut tx))
         .await
         .map_err(classify)?;
     sqlx::query(sql::SET_THREAD_TTL)
         .bind(thread_id)
         .bind(ttl_ms)
         .bind(inner.default_ttl_ms)
-        .execute(&mut *tx)
+        .execute(inner.conns.on(&mut tx))
         .await
         .map_err(classify)?;
     tx.commit().await.map_err(classify)
@@ -115,10 +115,11 @@ pub(crate) async fn thread_ttl(inner: &Inner, thread_id: &str) -> Result<Option<
     if thread_id.is_empty() || !storable(thread_id) {
         return Ok(None);
     }
-    let left: Option<i64> = warm!(idempotent inner.warm, |conn| sqlx::query_scalar(sql::THREAD_TTL)
+    let left: Option<i64> =
+        warm!(idempotent inner.conns, |conn| sqlx::query_scalar(sql::THREAD_TTL)
         .bind(thread_id)
         .fetch_optional(conn))
-    .map_err(classify)?;
+        .map_err(classify)?;
     Ok(left.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
 }
 
@@ -126,7 +127,7 @@ pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> 
     if limit == 0 {
         return Ok(0);
     }
-    let n: i64 = warm!(inner.warm, |conn| sqlx::query_scalar(sql::SWEEP_EXPIRED)
+    let n: i64 = warm!(inner.conns, |conn| sqlx::query_scalar(sql::SWEEP_EXPIRED)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_one(conn))
     .map_err(classify)?;
@@ -154,19 +155,19 @@ pub(crate) async fn scan_threads(
     // imported database (no statistics yet: estimates in the millions) would pay it.
     let mut tx = inner.begin().await.map_err(classify)?;
     sqlx::query("SET LOCAL jit = off")
-        .execute(&mut *tx)
+        .execute(inner.conns.on(&mut tx))
         .await
         .map_err(classify)?;
     let missing =
         sqlx::query_as::<_, (String, String, String, String, String)>(sql::SCAN_MISSING_VALUES)
             .bind(&ids)
-            .fetch_all(&mut *tx)
+            .fetch_all(inner.conns.on(&mut tx))
             .await
             .map_err(classify)?;
     let orphans =
         sqlx::query_as::<_, (String, String, String, i64)>(sql::SCAN_WRITES_WITHOUT_CHECKPOINT)
             .bind(&ids)
-            .fetch_all(&mut *tx)
+            .fetch_all(inner.conns.on(&mut tx))
             .await
             .map_err(classify)?;
     tx.commit().await.map_err(classify)?;

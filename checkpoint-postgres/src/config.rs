@@ -61,6 +61,7 @@ pub struct PostgresSaverBuilder {
     schema: Option<String>,
     default_ttl: Option<Duration>,
     refresh_on_read: bool,
+    transaction_pooling: bool,
 }
 
 impl fmt::Debug for PostgresSaverBuilder {
@@ -72,6 +73,7 @@ impl fmt::Debug for PostgresSaverBuilder {
             .field("schema", &self.schema)
             .field("default_ttl", &self.default_ttl)
             .field("refresh_on_read", &self.refresh_on_read)
+            .field("transaction_pooling", &self.transaction_pooling)
             .finish_non_exhaustive()
     }
 }
@@ -88,6 +90,7 @@ impl PostgresSaverBuilder {
             schema: None,
             default_ttl: None,
             refresh_on_read: false,
+            transaction_pooling: false,
         }
     }
 
@@ -116,6 +119,25 @@ impl PostgresSaverBuilder {
         self
     }
 
+    /// Set when the saver connects through a pooler in transaction mode (PgBouncer's
+    /// `pool_mode = transaction`, the transaction-mode ports of managed poolers such as
+    /// Supavisor), which hands each transaction of a client connection to whichever server
+    /// connection is free. Default `false`: the saver prepares each statement once per
+    /// connection and keeps it under a name, and takes the schema from the connection's
+    /// `search_path` — state that such a pooler leaves on a server connection other clients
+    /// use next, where a named statement can fail as already defined or, worse, run another
+    /// client's statement of the same name.
+    ///
+    /// With it, every call runs in a transaction of its own (`BEGIN`, and `SET LOCAL
+    /// search_path` when a [`schema`](Self::schema) is set) with unnamed statements, so
+    /// nothing outlives the call on the server connection. It costs round trips: a call
+    /// is `BEGIN`, a parse, an execute and `COMMIT` instead of one execute (see the crate
+    /// README's figures). Session-mode poolers need none of this.
+    pub fn transaction_pooling(mut self, yes: bool) -> Self {
+        self.transaction_pooling = yes;
+        self
+    }
+
     /// Replaces the pool options (size, timeouts, lifetimes). This replaces the default
     /// liveness policy too (see the crate README); sqlx's own default pings every connection
     /// on every acquire.
@@ -140,6 +162,7 @@ impl PostgresSaverBuilder {
             self.schema,
             default_ttl_ms,
             self.refresh_on_read,
+            self.transaction_pooling,
         ))
     }
 
@@ -152,8 +175,11 @@ impl PostgresSaverBuilder {
             Err(sqlx::Error::PoolTimedOut) => return Err(no_connection(&options).await),
             Err(e) => return Err(classify(e)),
         };
-        if let Some(schema) = &self.schema {
-            check_search_path(&pool, schema).await?;
+        match &self.schema {
+            // Each call sets the search_path itself.
+            Some(_) if self.transaction_pooling => {}
+            Some(schema) => check_search_path(&pool, schema).await?,
+            None => {}
         }
         Ok(Inner::new(
             pool,
@@ -161,6 +187,7 @@ impl PostgresSaverBuilder {
             self.schema,
             default_ttl_ms,
             self.refresh_on_read,
+            self.transaction_pooling,
         ))
     }
 
@@ -182,7 +209,13 @@ impl PostgresSaverBuilder {
             None => Ok(options),
             Some(schema) => {
                 check_schema_name(schema)?;
-                Ok(options.options([("search_path", quoted_schema(schema))]))
+                if self.transaction_pooling {
+                    // Set per call (`SET LOCAL`): a session setting would stay with a server
+                    // connection, not with this client.
+                    Ok(options)
+                } else {
+                    Ok(options.options([("search_path", quoted_schema(schema))]))
+                }
             }
         }
     }
@@ -226,7 +259,11 @@ where
     let found: String = sqlx::query_scalar("SELECT current_setting('search_path')")
         .fetch_one(conn)
         .await?;
-    if found == quoted_schema(schema) {
+    // Set as a startup option, the value reads back as the saver wrote it (quoted); set
+    // with `SET`, PostgreSQL quotes a name only when it must (capitals, keywords).
+    let names_schema = found == quoted_schema(schema)
+        || (found == schema && !schema.bytes().any(|b| b.is_ascii_uppercase()));
+    if names_schema {
         Ok(())
     } else {
         Err(PgError::SearchPathIgnored {

@@ -18,7 +18,7 @@ pub(crate) async fn acquire_lease(
     ttl: Duration,
 ) -> Result<Option<Lease>> {
     IDENTIFIERS.check_lease(thread_id, holder, ttl)?;
-    let token: Option<i64> = warm!(inner.warm, |conn| sqlx::query_scalar(sql::ACQUIRE_LEASE)
+    let token: Option<i64> = warm!(inner.conns, |conn| sqlx::query_scalar(sql::ACQUIRE_LEASE)
         .bind(thread_id)
         .bind(holder)
         .bind(micros(ttl))
@@ -34,7 +34,7 @@ pub(crate) async fn acquire_lease(
 
 pub(crate) async fn renew_lease(inner: &Inner, lease: &Lease, ttl: Duration) -> Result<Lease> {
     IDENTIFIERS.check_lease(&lease.thread_id, &lease.holder, ttl)?;
-    let row = warm!(inner.warm, |conn| sqlx::query(sql::RENEW_LEASE)
+    let row = warm!(inner.conns, |conn| sqlx::query(sql::RENEW_LEASE)
         .bind(&lease.thread_id)
         .bind(&lease.holder)
         .bind(token_i64(lease.token))
@@ -60,7 +60,7 @@ pub(crate) async fn release_lease(inner: &Inner, lease: &Lease) -> Result<()> {
     if !storable(&lease.thread_id) || !storable(&lease.holder) {
         return Ok(());
     }
-    warm!(inner.warm, |conn| sqlx::query(sql::RELEASE_LEASE)
+    warm!(inner.conns, |conn| sqlx::query(sql::RELEASE_LEASE)
         .bind(&lease.thread_id)
         .bind(&lease.holder)
         .bind(token_i64(lease.token))
@@ -73,7 +73,7 @@ pub(crate) async fn claim(inner: &Inner, key: &str, ttl: Duration) -> Result<Cla
     IDENTIFIERS.check_claim(key, ttl)?;
     // A concurrent claimer may commit between the two statements; a few rounds settle it.
     for _ in 0..8 {
-        let acquired: Option<i64> = warm!(inner.warm, |conn| sqlx::query_scalar(sql::CLAIM)
+        let acquired: Option<i64> = warm!(inner.conns, |conn| sqlx::query_scalar(sql::CLAIM)
             .bind(key)
             .bind(micros(ttl))
             .fetch_optional(conn))
@@ -83,7 +83,7 @@ pub(crate) async fn claim(inner: &Inner, key: &str, ttl: Duration) -> Result<Cla
                 token: token_u64(token),
             });
         }
-        let state = warm!(inner.warm, |conn| sqlx::query(sql::CLAIM_STATE)
+        let state = warm!(inner.conns, |conn| sqlx::query(sql::CLAIM_STATE)
             .bind(key)
             .fetch_optional(conn))
         .map_err(classify)?;
@@ -124,7 +124,7 @@ pub(crate) async fn complete_claim(
     outcome: TypedValue,
 ) -> Result<()> {
     IDENTIFIERS.check("ledger key", key)?;
-    let row = warm!(inner.warm, |conn| sqlx::query(sql::COMPLETE_CLAIM)
+    let row = warm!(inner.conns, |conn| sqlx::query(sql::COMPLETE_CLAIM)
         .bind(key)
         .bind(token_i64(token))
         .bind(outcome.type_tag.as_str())
@@ -154,7 +154,7 @@ pub(crate) async fn abandon_claim(inner: &Inner, key: &str, token: u64) -> Resul
     if !storable(key) {
         return Ok(());
     }
-    warm!(inner.warm, |conn| sqlx::query(sql::ABANDON_CLAIM)
+    warm!(inner.conns, |conn| sqlx::query(sql::ABANDON_CLAIM)
         .bind(key)
         .bind(token_i64(token))
         .execute(conn))

@@ -1,16 +1,24 @@
-//! The state every module shares: the pool and the schema. Modules depend on this one,
-//! never on `saver.rs`.
+//! The state every module shares: the pool, the schema and how statements reach the
+//! server. Modules depend on this one, never on `saver.rs`.
 
+use std::fmt;
 use std::sync::Arc;
 
 use checkpoint_core::backend::LostConnections;
-use sqlx::Transaction;
-use sqlx::postgres::{PgPool, Postgres};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{
+    PgArguments, PgConnection, PgPool, PgQueryResult, PgRow, PgStatement, PgTypeInfo, Postgres,
+};
+use sqlx::{Describe, Either, Execute, Executor, Transaction};
+
+use crate::config::quoted_schema;
 
 /// Shared state of a saver and its clones.
 pub(crate) struct Inner {
-    /// The pool, and connections kept out of it between operations (see [`Warm`]).
-    pub(crate) warm: Arc<Warm>,
+    /// The pool, its warm connections and how statements run on them.
+    pub(crate) conns: Conns,
     /// The schema the tables live in, when configured (else the connection's search path).
     pub(crate) schema: Option<String>,
     /// The TTL of threads without their own, in ms (`None`: no expiry).
@@ -22,25 +30,33 @@ pub(crate) struct Inner {
 impl Inner {
     /// The pool.
     pub(crate) fn pool(&self) -> &PgPool {
-        self.warm.pool()
+        self.conns.warm.pool()
     }
 
-    /// A transaction on a connection of the pool, the warm ones handed back first (see
-    /// [`Warm::through_pool`](checkpoint_core::backend::Warm::through_pool)).
+    /// A transaction on a connection of the pool (see [`Conns::begin`]).
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        self.warm.through_pool(self.pool().begin()).await
+        self.conns.begin().await
     }
 
-    /// A saver's state over `pool`.
+    /// A saver's state over `pool`; `transaction_pooling` as the builder's option of that
+    /// name.
     pub(crate) fn new(
         pool: PgPool,
         lost: Arc<LostConnections>,
         schema: Option<String>,
         default_ttl_ms: Option<i64>,
         refresh_on_read: bool,
+        transaction_pooling: bool,
     ) -> Self {
+        let begin = transaction_pooling.then(|| match &schema {
+            Some(schema) => format!("BEGIN; SET LOCAL search_path TO {}", quoted_schema(schema)),
+            None => "BEGIN".to_owned(),
+        });
         Self {
-            warm: Arc::new(Warm::with_lost_connections(pool, lost)),
+            conns: Conns {
+                warm: Arc::new(Warm::with_lost_connections(pool, lost)),
+                begin: begin.map(Arc::from),
+            },
             schema,
             default_ttl_ms,
             refresh_on_read,
@@ -52,9 +68,191 @@ impl Inner {
 /// [`checkpoint_core::backend::Warm`]).
 pub(crate) type Warm = checkpoint_core::backend::Warm<Postgres>;
 
-/// Awaits `$run`, one sqlx call on `$conn: &mut PgConnection`, on a connection of `$warm`
-/// (an `Arc<Warm>`), which stays warm if the call succeeds; failing to get a connection
-/// returns the classified error from the enclosing function.
+/// The saver's connections, and how a call runs on one.
+///
+/// Directly (or through a session-mode pooler) a call is one statement, prepared once per
+/// connection under a name sqlx caches, and the schema is the connection's `search_path`.
+/// Through a transaction-mode pooler (`begin` set) the server connection behind a client
+/// connection changes between transactions, so nothing may outlive one: each call runs in
+/// its own transaction, opened by `begin` (`BEGIN`, and `SET LOCAL search_path` for a
+/// schema), with unnamed statements.
+#[derive(Clone)]
+pub(crate) struct Conns {
+    /// The pool and its warm connections.
+    pub(crate) warm: Arc<Warm>,
+    /// The statement opening each call's transaction behind a transaction-mode pooler.
+    begin: Option<Arc<str>>,
+}
+
+impl fmt::Debug for Conns {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conns")
+            .field("transaction_pooling", &self.begin.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conns {
+    /// Opens what one call runs in on `conn`: nothing directly, a transaction behind a
+    /// transaction-mode pooler.
+    pub(crate) async fn scope<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+    ) -> Result<Scope<'c>, sqlx::Error> {
+        Ok(match &self.begin {
+            None => Scope::Direct(conn),
+            Some(begin) => {
+                Scope::Pooled(sqlx::Connection::begin_with(conn, begin.to_string()).await?)
+            }
+        })
+    }
+
+    /// A transaction on a connection of the pool, the warm ones handed back first (see
+    /// [`Warm::through_pool`](checkpoint_core::backend::Warm::through_pool)), with the
+    /// schema's `search_path` behind a transaction-mode pooler. Run its statements through
+    /// [`on`](Self::on).
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        let pool = self.warm.pool();
+        self.warm
+            .through_pool(async {
+                match &self.begin {
+                    None => pool.begin().await,
+                    Some(begin) => pool.begin_with(begin.to_string()).await,
+                }
+            })
+            .await
+    }
+
+    /// `conn` (a transaction's, from [`begin`](Self::begin)) as an executor that prepares
+    /// statements as this saver must.
+    pub(crate) fn on<'t>(&self, conn: &'t mut PgConnection) -> PgConn<'t> {
+        PgConn {
+            conn,
+            named: self.begin.is_none(),
+        }
+    }
+}
+
+/// What one call runs in (see [`Conns::scope`]).
+pub(crate) enum Scope<'c> {
+    /// The connection itself.
+    Direct(&'c mut PgConnection),
+    /// A transaction, committed by [`finish`](Self::finish) (rolled back if dropped).
+    Pooled(Transaction<'c, Postgres>),
+}
+
+impl Scope<'_> {
+    /// The executor to run the call's statement on.
+    pub(crate) fn conn(&mut self) -> PgConn<'_> {
+        match self {
+            Self::Direct(conn) => PgConn { conn, named: true },
+            Self::Pooled(tx) => PgConn {
+                conn: tx,
+                named: false,
+            },
+        }
+    }
+
+    /// Ends the call: commits its transaction, if any.
+    pub(crate) async fn finish(self) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Direct(_) => Ok(()),
+            Self::Pooled(tx) => tx.commit().await,
+        }
+    }
+}
+
+/// A connection as an [`Executor`] that prepares unnamed statements when `named` is
+/// false: sqlx names (and caches) a statement per connection unless the query says
+/// otherwise, and behind a transaction-mode pooler a named statement would stay on a
+/// server connection that other clients use next.
+#[derive(Debug)]
+pub(crate) struct PgConn<'c> {
+    conn: &'c mut PgConnection,
+    named: bool,
+}
+
+/// A query, named (persistent) only if its connection allows it.
+struct Statement<E> {
+    query: E,
+    named: bool,
+}
+
+impl<'q, E: Execute<'q, Postgres>> Execute<'q, Postgres> for Statement<E> {
+    fn sql(&self) -> &'q str {
+        self.query.sql()
+    }
+
+    fn statement(&self) -> Option<&PgStatement<'q>> {
+        self.query.statement()
+    }
+
+    fn take_arguments(&mut self) -> Result<Option<PgArguments>, BoxDynError> {
+        self.query.take_arguments()
+    }
+
+    fn persistent(&self) -> bool {
+        self.named && self.query.persistent()
+    }
+}
+
+impl<'c> Executor<'c> for PgConn<'c> {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<PgQueryResult, PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        self.conn.fetch_many(Statement {
+            query,
+            named: self.named,
+        })
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        self.conn.fetch_optional(Statement {
+            query,
+            named: self.named,
+        })
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement<'q>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.conn.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> BoxFuture<'e, Result<Describe<Postgres>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.conn.describe(sql)
+    }
+}
+
+/// Awaits `$run`, one sqlx call on `$conn` (a [`PgConn`]), on a connection of `$conns` (a
+/// [`Conns`]), which stays warm if the call succeeds; failing to get a connection returns
+/// the classified error from the enclosing function. Behind a transaction-mode pooler the
+/// call runs in a transaction of its own (see [`Conns`]).
 ///
 /// `warm!(idempotent ...)` is for a call that may run twice with the same outcome (a read,
 /// an upsert): one whose connection turned out dead ([`connection_lost`]) runs once more
@@ -63,16 +261,37 @@ pub(crate) type Warm = checkpoint_core::backend::Warm<Postgres>;
 ///
 /// [`connection_lost`]: crate::error::connection_lost
 macro_rules! warm {
-    (idempotent $warm:expr, |$conn:ident| $run:expr) => {
+    (idempotent $conns:expr, |$conn:ident| $run:expr) => {{
+        let conns: &$crate::core::Conns = &$conns;
         checkpoint_core::backend::warm!(
-            $warm,
+            conns.warm,
             $crate::error::classify,
             retry_if $crate::error::connection_lost,
-            |$conn| $run
+            |c| $crate::core::scoped!(conns, c, |$conn| $run)
         )
-    };
-    ($warm:expr, |$conn:ident| $run:expr) => {
-        checkpoint_core::backend::warm!($warm, $crate::error::classify, |$conn| $run)
-    };
+    }};
+    ($conns:expr, |$conn:ident| $run:expr) => {{
+        let conns: &$crate::core::Conns = &$conns;
+        checkpoint_core::backend::warm!(conns.warm, $crate::error::classify, |c| {
+            $crate::core::scoped!(conns, c, |$conn| $run)
+        })
+    }};
 }
 pub(crate) use warm;
+
+/// `$run` on `$c: &mut PgConnection` in the scope `$conns` gives a call (see
+/// [`Conns::scope`]), as a future of its result.
+macro_rules! scoped {
+    ($conns:expr, $c:ident, |$conn:ident| $run:expr) => {
+        async {
+            let mut scope = $conns.scope($c).await?;
+            let out = {
+                let $conn = scope.conn();
+                $run.await
+            }?;
+            scope.finish().await?;
+            Ok::<_, sqlx::Error>(out)
+        }
+    };
+}
+pub(crate) use scoped;

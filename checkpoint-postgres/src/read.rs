@@ -1,7 +1,6 @@
 //! Reads: `get_tuple` (one statement) and `list` (keyset-paginated, one statement a page).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use checkpoint_core::backend::{Page, legacy, paged};
 use checkpoint_core::{
@@ -13,7 +12,7 @@ use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder};
 
 use crate::codec::{decode_delta, decode_page, decode_write, json_contains_nul};
-use crate::core::{Inner, Warm, warm};
+use crate::core::{Conns, Inner, warm};
 use crate::error::classify;
 use crate::keys::storable;
 use crate::sql;
@@ -37,14 +36,14 @@ pub(crate) async fn get_tuple(
     }
     let rows = match &config.checkpoint_id {
         Some(id) => {
-            warm!(idempotent inner.warm, |conn| sqlx::query(sql::GET_BY_ID)
+            warm!(idempotent inner.conns, |conn| sqlx::query(sql::GET_BY_ID)
                 .bind(&config.thread_id)
                 .bind(&config.checkpoint_ns)
                 .bind(id)
                 .fetch_all(conn))
         }
         None => {
-            warm!(idempotent inner.warm, |conn| sqlx::query(sql::GET_LATEST)
+            warm!(idempotent inner.conns, |conn| sqlx::query(sql::GET_LATEST)
                 .bind(&config.thread_id)
                 .bind(&config.checkpoint_ns)
                 .fetch_all(conn))
@@ -52,9 +51,9 @@ pub(crate) async fn get_tuple(
     }
     .map_err(classify)?;
     let mut tuples = decode_page(&rows)?;
-    legacy_sends(&inner.warm, &mut tuples).await?;
+    legacy_sends(&inner.conns, &mut tuples).await?;
     if inner.refresh_on_read && !tuples.is_empty() {
-        warm!(idempotent inner.warm, |conn| sqlx::query(sql::REFRESH_TTL)
+        warm!(idempotent inner.conns, |conn| sqlx::query(sql::REFRESH_TTL)
             .bind(&config.thread_id)
             .bind(inner.default_ttl_ms)
             .execute(conn))
@@ -70,11 +69,11 @@ const THREAD_PAGE: usize = 1000;
 
 /// `list_threads`: keyset pages of the primary key's thread ids.
 pub(crate) fn list_threads(inner: &Inner) -> BoxStream<'static, Result<String>> {
-    let warm = Arc::clone(&inner.warm);
+    let conns = inner.conns.clone();
     checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
-        let warm = Arc::clone(&warm);
+        let conns = conns.clone();
         async move {
-            warm!(idempotent warm, |conn| sqlx::query_scalar(sql::LIST_THREADS)
+            warm!(idempotent conns, |conn| sqlx::query_scalar(sql::LIST_THREADS)
                 .bind(after.as_deref().unwrap_or_default())
                 .bind(i64::try_from(want).unwrap_or(i64::MAX))
                 .fetch_all(conn))
@@ -108,7 +107,7 @@ pub(crate) fn list(
     };
     let limit = options.limit;
     let state = ListState {
-        warm: Arc::clone(&inner.warm),
+        conns: inner.conns.clone(),
         opts: options,
         mode,
         cursor: None,
@@ -131,7 +130,7 @@ enum ListMode {
 }
 
 struct ListState {
-    warm: Arc<Warm>,
+    conns: Conns,
     opts: ListOptions,
     mode: ListMode,
     cursor: Option<(String, String, String)>,
@@ -208,7 +207,7 @@ fn page_query(
 }
 
 async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
-    let rows = warm!(idempotent st.warm, |conn| page_query(
+    let rows = warm!(idempotent st.conns, |conn| page_query(
         &st.opts,
         st.mode,
         st.cursor.as_ref(),
@@ -218,7 +217,7 @@ async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
     .fetch_all(conn))
     .map_err(classify)?;
     let mut page = decode_page(&rows).map_err(Error::from)?;
-    legacy_sends(&st.warm, &mut page).await?;
+    legacy_sends(&st.conns, &mut page).await?;
     if let Some(t) = page.last() {
         st.cursor = Some((
             t.checkpoint.id.clone(),
@@ -233,12 +232,12 @@ async fn next_page(st: &mut ListState, want: usize) -> Result<Page> {
 /// Checkpoints of a LangGraph format before 4 read with their parent's sends (see
 /// `checkpoint_core::backend::legacy`), as LangGraph's Python saver reads them: one query
 /// per such checkpoint, none otherwise.
-async fn legacy_sends(warm: &Arc<Warm>, tuples: &mut [CheckpointTuple]) -> Result<()> {
+async fn legacy_sends(conns: &Conns, tuples: &mut [CheckpointTuple]) -> Result<()> {
     for tuple in tuples {
         let Some(parent) = legacy::sends_parent(tuple).cloned() else {
             continue;
         };
-        let rows = warm!(idempotent warm, |conn| sqlx::query(sql::PARENT_SENDS)
+        let rows = warm!(idempotent conns, |conn| sqlx::query(sql::PARENT_SENDS)
             .bind(&parent.thread_id)
             .bind(&parent.checkpoint_ns)
             .bind(parent.checkpoint_id.as_deref())
@@ -272,7 +271,7 @@ pub(crate) async fn delta_channel_history(
         return Ok(out);
     }
     let wanted: Vec<&str> = out.keys().map(String::as_str).collect();
-    let rows = warm!(idempotent inner.warm, |conn| sqlx::query(sql::DELTA_HISTORY)
+    let rows = warm!(idempotent inner.conns, |conn| sqlx::query(sql::DELTA_HISTORY)
         .bind(&config.thread_id)
         .bind(&config.checkpoint_ns)
         .bind(config.checkpoint_id.as_deref())

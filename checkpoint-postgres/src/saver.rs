@@ -92,6 +92,7 @@ impl PostgresSaver {
             None,
             None,
             false,
+            false,
         ))
     }
 

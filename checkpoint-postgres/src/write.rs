@@ -71,7 +71,7 @@ async fn forget_expired(inner: &Inner, threads: &[&str]) -> Result<()> {
     if threads.is_empty() {
         return Ok(());
     }
-    warm!(idempotent inner.warm, |conn| sqlx::query(sql::FORGET_EXPIRED)
+    warm!(idempotent inner.conns, |conn| sqlx::query(sql::FORGET_EXPIRED)
         .bind(threads)
         .execute(conn))
     .map_err(classify)?;
@@ -112,7 +112,7 @@ pub(crate) async fn put(
     }
     let thread = [config.thread_id.as_str()];
     let row = write_live(inner, &thread, || async {
-        let row = warm!(idempotent inner.warm, |conn| sqlx::query(sql::PUT)
+        let row = warm!(idempotent inner.conns, |conn| sqlx::query(sql::PUT)
             .bind(&config.thread_id)
             .bind(&config.checkpoint_ns)
             .bind(&checkpoint.id)
@@ -211,7 +211,7 @@ pub(crate) async fn put_writes(
     };
     let thread = [config.thread_id.as_str()];
     let row = write_live(inner, &thread, || async {
-        let row = warm!(idempotent inner.warm, |conn| sqlx::query(statement)
+        let row = warm!(idempotent inner.conns, |conn| sqlx::query(statement)
             .bind(&config.thread_id)
             .bind(&config.checkpoint_ns)
             .bind(checkpoint_id)
@@ -338,7 +338,7 @@ pub(crate) async fn import(inner: &Inner, tuples: Vec<CheckpointTuple>) -> Resul
     threads.sort_unstable();
     threads.dedup();
     write_live(inner, &threads, || async {
-        let expired: bool = warm!(idempotent inner.warm, |conn| sqlx::query_scalar(sql::IMPORT)
+        let expired: bool = warm!(idempotent inner.conns, |conn| sqlx::query_scalar(sql::IMPORT)
             .bind(&blobs.thread)
             .bind(&blobs.ns)
             .bind(&blobs.channel)

@@ -159,6 +159,10 @@ pub struct BackendOptions {
     /// How durably the MongoDB saver writes; anything but the default is an error for the
     /// other backends.
     pub mongo_durability: MongoDurability,
+    /// PostgreSQL only: savers run each call in a transaction of its own with unnamed
+    /// statements, as behind a transaction-mode pooler
+    /// (`PostgresSaverBuilder::transaction_pooling`); an error for the other backends.
+    pub postgres_transaction_pooling: bool,
 }
 
 impl BackendOptions {
@@ -178,6 +182,12 @@ impl BackendOptions {
         self.mongo_durability = durability;
         self
     }
+
+    /// Sets whether PostgreSQL savers run as behind a transaction-mode pooler.
+    pub fn postgres_transaction_pooling(mut self, yes: bool) -> Self {
+        self.postgres_transaction_pooling = yes;
+        self
+    }
 }
 
 impl fmt::Debug for BackendOptions {
@@ -186,6 +196,10 @@ impl fmt::Debug for BackendOptions {
         f.debug_struct("BackendOptions")
             .field("url", &self.url.as_ref().map(|_| "<redacted>"))
             .field("mongo_durability", &self.mongo_durability)
+            .field(
+                "postgres_transaction_pooling",
+                &self.postgres_transaction_pooling,
+            )
             .finish()
     }
 }
@@ -196,6 +210,11 @@ pub async fn open(name: &str, options: &BackendOptions) -> Result<Box<dyn Backen
         return Err(Error::invalid(format!(
             "--mongo-durability {} applies to the mongo backend only, not {name:?}",
             options.mongo_durability.as_str()
+        )));
+    }
+    if name != "postgres" && options.postgres_transaction_pooling {
+        return Err(Error::invalid(format!(
+            "--postgres-transaction-pooling applies to the postgres backend only, not {name:?}"
         )));
     }
     match name {
@@ -231,6 +250,12 @@ mod tests {
         let refused = open("memory", &langgraph).await.unwrap_err();
         assert!(
             refused.to_string().contains("mongo backend only"),
+            "{refused}"
+        );
+        let pooled = BackendOptions::new().postgres_transaction_pooling(true);
+        let refused = open("memory", &pooled).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("postgres backend only"),
             "{refused}"
         );
     }

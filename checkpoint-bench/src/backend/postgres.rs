@@ -37,6 +37,7 @@ pub struct PostgresBackend {
     admin: PgPool,
     floor_schema: String,
     current: Mutex<Option<String>>,
+    transaction_pooling: bool,
 }
 
 impl PostgresBackend {
@@ -115,6 +116,7 @@ impl PostgresBackend {
             admin,
             floor_schema,
             current: Mutex::new(None),
+            transaction_pooling: options.postgres_transaction_pooling,
         })
     }
 
@@ -150,6 +152,14 @@ impl Backend for PostgresBackend {
         "postgres"
     }
 
+    fn settings(&self) -> std::collections::BTreeMap<String, String> {
+        if self.transaction_pooling {
+            [("transaction_pooling".to_owned(), "true".to_owned())].into()
+        } else {
+            std::collections::BTreeMap::new()
+        }
+    }
+
     async fn fresh(&self) -> Result<Arc<dyn Saver>> {
         let old = self
             .current
@@ -163,6 +173,7 @@ impl Backend for PostgresBackend {
         let saver = PostgresSaver::builder(&self.url)?
             .schema(&schema)
             .max_connections(16)
+            .transaction_pooling(self.transaction_pooling)
             .connect()
             .await?;
         saver.setup().await?;

@@ -1,21 +1,27 @@
-//! The saver behind PgBouncer (a private one, session pooling, on a free port), and the
-//! schema option: PgBouncer before 1.20 refuses the `options` startup parameter that
-//! carries the saver's `search_path` unless told to ignore it, and then the saver used the
-//! tables of the default schema without a word. Schema names with capitals, which the
-//! `search_path` folded to lower case, are covered here too.
+//! The saver behind PgBouncer (private ones, on free ports).
+//!
+//! Session pooling and the schema option: PgBouncer before 1.20 refuses the `options`
+//! startup parameter that carries the saver's `search_path` unless told to ignore it, and
+//! then the saver used the tables of the default schema without a word. Schema names with
+//! capitals, which the `search_path` folded to lower case, are covered here too.
+//!
+//! Transaction pooling: with `transaction_pooling(true)` the whole conformance suite runs
+//! through a transaction-mode PgBouncer with fewer server connections than the saver has
+//! client connections, so consecutive calls of one client land on different server
+//! connections and several clients share each of them.
 
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use checkpoint_conformance::fixtures;
-use checkpoint_core::{Error, Saver};
-use checkpoint_postgres::{PostgresSaverBuilder, sqlx};
-use futures::StreamExt;
+use checkpoint_conformance::{SaverFactory, fixtures};
+use checkpoint_core::{BoxError, Error, ListOptions, Saver, async_trait};
+use checkpoint_postgres::{PostgresSaver, PostgresSaverBuilder, sqlx};
 
 use crate::common::{
-    as_root, drop_schemas, free_port, saver_in_schema, unique_schema, url_or_skip,
+    as_root, drop_schemas, free_port, saver_in_schema, unique_schema, url, url_or_skip,
 };
 
 /// A PgBouncer of this test alone, in front of the test server, stopped on drop.
@@ -25,18 +31,36 @@ struct PrivateBouncer {
     port: u16,
 }
 
+/// How a [`PrivateBouncer`] pools.
+#[derive(Clone, Copy, Debug)]
+enum Pooling {
+    /// A server connection per client connection, for the client's session.
+    Session,
+    /// A server connection per transaction, from a pool of this many.
+    Transaction(u32),
+}
+
 impl PrivateBouncer {
-    /// Starts PgBouncer with session pooling, ignoring the `options` startup parameter as
-    /// deployments that need it to accept clients configure it.
-    fn start(upstream: &sqlx::postgres::PgConnectOptions) -> Result<Self, String> {
+    /// Starts PgBouncer pooling as `pooling` says, ignoring the `options` startup parameter
+    /// as deployments that need it to accept clients configure it.
+    fn start(
+        upstream: &sqlx::postgres::PgConnectOptions,
+        pooling: Pooling,
+    ) -> Result<Self, String> {
         let bin = bouncer_binary()?;
         let port = free_port().map_err(|e| e.to_string())?;
         let dir = std::env::temp_dir().join(format!("cp-pgbouncer-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let pool = match pooling {
+            Pooling::Session => "pool_mode = session\n".to_owned(),
+            Pooling::Transaction(size) => {
+                format!("pool_mode = transaction\ndefault_pool_size = {size}\n")
+            }
+        };
         let config = format!(
             "[databases]\n* = host={} port={}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
              listen_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {}\n\
-             pool_mode = session\nignore_startup_parameters = extra_float_digits,options\n\
+             {pool}ignore_startup_parameters = extra_float_digits,options\n\
              logfile = {}\n",
             upstream.get_host(),
             upstream.get_port(),
@@ -101,15 +125,26 @@ fn bouncer_binary() -> Result<PathBuf, String> {
         .ok_or_else(|| "pgbouncer is not installed (scripts/test.sh installs it)".into())
 }
 
-/// A private PgBouncer in front of the test server, or `None` when the test should skip
-/// (failing instead when servers are required).
-fn bouncer(url: &str) -> Option<(PrivateBouncer, sqlx::postgres::PgConnectOptions)> {
-    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
-    match PrivateBouncer::start(&options) {
-        Ok(bouncer) => {
-            let through = options.clone().host("127.0.0.1").port(bouncer.port);
-            Some((bouncer, through))
-        }
+/// A private PgBouncer in front of the test server at `url`, and the options connecting
+/// through it.
+fn start_bouncer(
+    url: &str,
+    pooling: Pooling,
+) -> Result<(PrivateBouncer, sqlx::postgres::PgConnectOptions), String> {
+    let options: sqlx::postgres::PgConnectOptions = url.parse().map_err(|e| format!("{e}"))?;
+    let bouncer = PrivateBouncer::start(&options, pooling)?;
+    let through = options.host("127.0.0.1").port(bouncer.port);
+    Ok((bouncer, through))
+}
+
+/// [`start_bouncer`], or `None` when the test should skip (failing instead when servers
+/// are required).
+fn bouncer(
+    url: &str,
+    pooling: Pooling,
+) -> Option<(PrivateBouncer, sqlx::postgres::PgConnectOptions)> {
+    match start_bouncer(url, pooling) {
+        Ok(started) => Some(started),
         Err(why) => {
             assert!(!checkpoint_conformance::servers_required(), "{why}");
             eprintln!("skipped: {why}");
@@ -132,7 +167,7 @@ fn assert_search_path_ignored(err: &Error, schema: &str) {
 #[tokio::test]
 async fn a_schema_the_pooler_drops_is_refused_not_replaced_by_the_default() {
     let Some(url) = url_or_skip() else { return };
-    let Some((_bouncer, through)) = bouncer(&url) else {
+    let Some((_bouncer, through)) = bouncer(&url, Pooling::Session) else {
         return;
     };
     let schema = unique_schema();
@@ -148,14 +183,17 @@ async fn a_schema_the_pooler_drops_is_refused_not_replaced_by_the_default() {
         .connect_lazy()
         .unwrap();
     assert_search_path_ignored(&lazy.setup().await.unwrap_err(), &schema);
-    // The pooler itself serves the saver: without a schema option (the role's or the
-    // database's search_path decides), calls go through.
+    // The pooler itself serves the saver: without a schema option the server's
+    // search_path (the role's or the database's) decides.
     let plain = PostgresSaverBuilder::new(through.clone())
         .connect()
         .await
         .unwrap();
-    let threads: Vec<_> = plain.list_threads().collect().await;
-    assert!(threads.iter().all(Result::is_ok), "{threads:?}");
+    let search_path: String = sqlx::query_scalar("SELECT current_setting('search_path')")
+        .fetch_one(plain.pool())
+        .await
+        .unwrap();
+    assert!(!search_path.contains(&schema), "{search_path}");
     // Nothing was created anywhere by the refused savers.
     let direct = sqlx::PgPool::connect(&url).await.unwrap();
     let found: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
@@ -188,4 +226,142 @@ async fn a_schema_name_with_capitals_is_used_as_written() {
         .unwrap();
     assert_eq!(rows, 2);
     drop_schemas(&url, &[schema]).await;
+}
+
+/// A saver in `schema` through the transaction pooler at `through`, set up.
+async fn pooled_saver(
+    through: &sqlx::postgres::PgConnectOptions,
+    schema: &str,
+) -> Result<PostgresSaver, Error> {
+    let saver = PostgresSaverBuilder::new(through.clone())
+        .schema(schema)
+        .transaction_pooling(true)
+        .max_connections(8)
+        .connect()
+        .await?;
+    saver.setup().await?;
+    Ok(saver)
+}
+
+#[tokio::test]
+async fn a_transaction_pooler_shares_a_server_connection_between_clients() {
+    // Why the option exists: sqlx names the statements it prepares per client connection,
+    // and behind this pooler two clients' statements of the same name meet on one server
+    // connection.
+    let Some(url) = url_or_skip() else { return };
+    let Some((_bouncer, through)) = bouncer(&url, Pooling::Transaction(1)) else {
+        return;
+    };
+    use sqlx::Connection;
+    let mut a = sqlx::PgConnection::connect_with(&through).await.unwrap();
+    let mut b = sqlx::PgConnection::connect_with(&through).await.unwrap();
+    let one: i32 = sqlx::query_scalar("SELECT $1::int4")
+        .bind(1)
+        .fetch_one(&mut a)
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+    let err = sqlx::query_scalar::<_, String>("SELECT $1::text")
+        .bind("b")
+        .fetch_one(&mut b)
+        .await
+        .unwrap_err();
+    let code = err.as_database_error().and_then(|e| e.code());
+    assert_eq!(code.as_deref(), Some("42P05"), "{err}");
+}
+
+#[tokio::test]
+async fn through_a_transaction_pooler_concurrent_callers_see_their_own_threads() {
+    let Some(url) = url_or_skip() else { return };
+    let Some((_bouncer, through)) = bouncer(&url, Pooling::Transaction(2)) else {
+        return;
+    };
+    let schema = unique_schema();
+    // Two savers (two processes' worth of client connections), 16 connections over the
+    // pooler's 2 server connections.
+    let savers = [
+        pooled_saver(&through, &schema).await.unwrap(),
+        pooled_saver(&through, &schema).await.unwrap(),
+    ];
+    let mut tasks = Vec::new();
+    for task in 0..8 {
+        let saver = savers[task % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..10 {
+                let thread = format!("t{task}-{round}");
+                let put = fixtures::put_chain(&saver, &thread, "", 3, "run").await?;
+                let latest = saver
+                    .get_tuple(&fixtures::cfg(&thread, ""))
+                    .await?
+                    .ok_or("no checkpoint")?;
+                assert_eq!(latest.config, put[2].config);
+                assert_eq!(latest.config.thread_id, thread);
+                let listed = fixtures::list(&saver, ListOptions::thread(thread.clone())).await;
+                assert_eq!(fixtures::ids(&listed).len(), 3, "{thread}");
+                assert!(listed.iter().all(|t| t.config.thread_id == thread));
+            }
+            Ok::<_, BoxError>(())
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    // Every checkpoint went to the configured schema.
+    let direct = sqlx::PgPool::connect(&url).await.unwrap();
+    let statement = format!("SELECT count(*) FROM \"{schema}\".checkpoints");
+    let rows: i64 = sqlx::query_scalar(&statement)
+        .fetch_one(&direct)
+        .await
+        .unwrap();
+    assert_eq!(rows, 8 * 10 * 3);
+    drop_schemas(&url, &[schema]).await;
+}
+
+/// Savers through a transaction-mode PgBouncer of their own (2 server connections), each in
+/// a new schema; teardown stops the pooler and drops the schemas.
+#[derive(Default)]
+struct PooledFactory {
+    bouncer: tokio::sync::Mutex<Option<(PrivateBouncer, sqlx::postgres::PgConnectOptions)>>,
+    schemas: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl SaverFactory for PooledFactory {
+    async fn build(&self) -> Result<Arc<dyn Saver>, BoxError> {
+        let url = url().ok_or("CHECKPOINT_TEST_POSTGRES_URL is not set")?;
+        let mut bouncer = self.bouncer.lock().await;
+        if bouncer.is_none() {
+            let url = url.clone();
+            let started =
+                tokio::task::spawn_blocking(move || start_bouncer(&url, Pooling::Transaction(2)))
+                    .await??;
+            *bouncer = Some(started);
+        }
+        let through = bouncer.as_ref().map(|(_, through)| through.clone());
+        drop(bouncer);
+        let schema = unique_schema();
+        self.schemas.lock().unwrap().push(schema.clone());
+        let saver = pooled_saver(&through.ok_or("no pooler")?, &schema).await?;
+        Ok(Arc::new(saver))
+    }
+
+    async fn teardown(&self) {
+        let schemas = std::mem::take(&mut *self.schemas.lock().unwrap());
+        if let Some(url) = url() {
+            drop_schemas(&url, &schemas).await;
+        }
+        self.bouncer.lock().await.take();
+    }
+
+    fn skip_reason(&self) -> Option<String> {
+        if url().is_none() {
+            return Some("CHECKPOINT_TEST_POSTGRES_URL is not set".into());
+        }
+        bouncer_binary().err()
+    }
+}
+
+/// The conformance suite through a transaction-mode pooler.
+mod transaction_pooled {
+    checkpoint_conformance::conformance_suite!(super::PooledFactory::default());
 }
