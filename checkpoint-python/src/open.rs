@@ -42,6 +42,9 @@ pub(crate) struct Options {
     pub(crate) write_concern: Option<String>,
     /// Pool size (PostgreSQL, Redis).
     pub(crate) max_connections: Option<u32>,
+    /// Run each call in its own transaction with unnamed statements, for a pooler in
+    /// transaction mode (PostgreSQL).
+    pub(crate) transaction_pooling: Option<bool>,
     /// Accept a Redis server whose memory policy may evict the saver's keys.
     pub(crate) allow_eviction: Option<bool>,
     /// Create tables and indexes when missing (PostgreSQL, MongoDB; SQLite always does).
@@ -78,6 +81,7 @@ fn reject_options(backend: &str, options: &Options, allowed: &[&str]) -> Result<
         ("transactions", options.transactions.is_some()),
         ("write_concern", options.write_concern.is_some()),
         ("max_connections", options.max_connections.is_some()),
+        ("transaction_pooling", options.transaction_pooling.is_some()),
         ("allow_eviction", options.allow_eviction.is_some()),
         (
             "ttl",
@@ -158,11 +162,12 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
             reject_options(
                 "PostgresSaver",
                 &options,
-                &["schema", "max_connections", "ttl"],
+                &["schema", "max_connections", "transaction_pooling", "ttl"],
             )?;
             let mut builder = PostgresSaver::builder(&url)?
                 .default_ttl(options.default_ttl)
-                .refresh_on_read(options.refresh_on_read.unwrap_or(false));
+                .refresh_on_read(options.refresh_on_read.unwrap_or(false))
+                .transaction_pooling(options.transaction_pooling.unwrap_or(false));
             if let Some(schema) = options.schema {
                 builder = builder.schema(schema);
             }

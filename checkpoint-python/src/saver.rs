@@ -294,7 +294,8 @@ impl NativeSaver {
     #[new]
     #[pyo3(signature = (
         kind, target, *, schema=None, key_prefix=None, database=None, collection_prefix=None,
-        transactions=None, write_concern=None, max_connections=None, allow_eviction=None, setup=true,
+        transactions=None, write_concern=None, max_connections=None, transaction_pooling=None,
+        allow_eviction=None, setup=true,
         default_ttl_minutes=None, refresh_on_read=None, sweep_interval_minutes=None,
         timeout_seconds=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
         compare_and_set=false
@@ -311,6 +312,7 @@ impl NativeSaver {
         transactions: Option<String>,
         write_concern: Option<String>,
         max_connections: Option<u32>,
+        transaction_pooling: Option<bool>,
         allow_eviction: Option<bool>,
         setup: bool,
         default_ttl_minutes: Option<f64>,
@@ -347,6 +349,7 @@ impl NativeSaver {
             transactions,
             write_concern,
             max_connections,
+            transaction_pooling,
             allow_eviction,
             setup,
             default_ttl: default_ttl_minutes

@@ -127,6 +127,8 @@ def test_bad_input_gets_typed_errors(tmp_path) -> None:
         checkpoint_rs.PostgresSaver("not a url")
     with pytest.raises(errors.InvalidInputError, match="no option"):
         checkpoint_rs.SqliteSaver(str(tmp_path / "y.db"), schema="s")
+    with pytest.raises(errors.InvalidInputError, match="transaction_pooling"):
+        checkpoint_rs.SqliteSaver(str(tmp_path / "y.db"), transaction_pooling=True)
     with pytest.raises(errors.InvalidInputError, match="database"):
         checkpoint_rs.MongoSaver("mongodb://127.0.0.1:1")
     with pytest.raises(TypeError, match="version"):

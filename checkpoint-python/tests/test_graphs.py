@@ -9,14 +9,16 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from langgraph.types import Command
 
+import checkpoint_rs
 from checkpoint_rs import ConflictError
-from conftest import BACKENDS, PERSISTENT
+from conftest import BACKENDS, PERSISTENT, servers_required
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from graphs import (
@@ -250,3 +252,110 @@ async def test_nested_workers_resume_where_they_interrupted(kind, make_store, tm
         for t in store.saver().list({"configurable": {"thread_id": "team"}})
     }
     assert namespaces == {"", "hr", "it"}
+
+
+def _start_pgbouncer(upstream: str, tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """A private PgBouncer in transaction mode with one server connection, in front of the
+    test server, its files in `tmp_path` (readable by the user it runs as); returns it and
+    the URL through it."""
+    from urllib.parse import urlsplit
+    import shutil
+    import socket
+
+    binary = os.environ.get("CHECKPOINT_TEST_PGBOUNCER") or shutil.which("pgbouncer")
+    if not binary and Path("/usr/sbin/pgbouncer").exists():
+        binary = "/usr/sbin/pgbouncer"
+    if not binary:
+        message = "pgbouncer is not installed (scripts/test.sh installs it)"
+        if servers_required():
+            pytest.fail(message)
+        pytest.skip(message)
+    url = urlsplit(upstream)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    user = url.username or "postgres"
+    (tmp_path / "users.txt").write_text(f'"{user}" ""\n')
+    (tmp_path / "pgbouncer.ini").write_text(
+        f"[databases]\n* = host={url.hostname} port={url.port or 5432}\n\n[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {tmp_path / 'users.txt'}\n"
+        "pool_mode = transaction\ndefault_pool_size = 1\n"
+        "ignore_startup_parameters = extra_float_digits,options\n"
+        f"logfile = {tmp_path / 'pgbouncer.log'}\n"
+    )
+    args = [binary]
+    if os.geteuid() == 0:
+        # PgBouncer refuses to run as root.
+        subprocess.run(["chown", "-R", "postgres", str(tmp_path)], check=True)
+        args += ["-u", "postgres"]
+    proc = subprocess.Popen(
+        [*args, str(tmp_path / "pgbouncer.ini")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail(f"PgBouncer did not listen: {(tmp_path / 'pgbouncer.log').read_text()}")
+    through = url._replace(netloc=f"{user}@127.0.0.1:{port}").geturl()
+    return proc, through
+
+
+async def test_graphs_run_through_a_transaction_pooler(make_store, tmp_path):
+    """A transaction-mode pooler (PgBouncer, one server connection for every client) hands
+    each transaction to whichever server connection is free. With transaction_pooling=True,
+    concurrent graphs on eight threads and a human-in-the-loop interrupt run through it, in
+    the configured schema."""
+    import shutil
+    import tempfile
+
+    store = make_store("postgres")
+    # Not under tmp_path: PgBouncer, run as another user when the tests run as root, could
+    # not reach it.
+    bouncer_dir = Path(tempfile.mkdtemp(prefix="cp-pgbouncer-"))
+    os.chmod(bouncer_dir, 0o755)
+    proc, through = _start_pgbouncer(store.target, bouncer_dir)
+    try:
+        saver = checkpoint_rs.PostgresSaver(
+            through, **store.options, transaction_pooling=True, max_connections=4
+        )
+        graph = slow_graph(delay=0.05).compile(checkpointer=saver)
+        configs = [{"configurable": {"thread_id": f"pooled-{i}"}} for i in range(8)]
+        for round_ in range(3):
+            results = await asyncio.gather(
+                *(graph.ainvoke({"log": [f"{c['configurable']['thread_id']}/{round_}"]}, c)
+                  for c in configs)
+            )
+            for config, result in zip(configs, results):
+                thread = config["configurable"]["thread_id"]
+                assert result["log"][-2:] == [f"{thread}/{round_}", "work"], result
+        for config in configs:
+            history = [s async for s in graph.aget_state_history(config)]
+            # Three invocations of input + one step each.
+            assert len(history) == 9, len(history)
+            thread = config["configurable"]["thread_id"]
+            assert history[0].values["log"] == [
+                entry for r in range(3) for entry in (f"{thread}/{r}", "work")
+            ]
+
+        effects = tmp_path / "effects"
+        review = review_graph(effects).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "pooled-review"}}
+        await review.ainvoke({"request": "rebalance"}, config)
+        assert (await review.aget_state(config)).next == ("present",)
+        result = await review.ainvoke(Command(resume="hold"), config)
+        assert result["decision"] == "hold"
+        assert result["steps"] == ["classify", "present", "act"]
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(bouncer_dir, ignore_errors=True)
+    # Everything is in the store's schema, read directly from the server.
+    threads = {t.config["configurable"]["thread_id"] for t in store.saver().list(None)}
+    assert threads == {c["configurable"]["thread_id"] for c in configs} | {"pooled-review"}

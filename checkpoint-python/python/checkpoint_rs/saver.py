@@ -525,7 +525,12 @@ class PostgresSaver(RustCheckpointSaver):
     """PostgreSQL, in LangGraph's own tables (``checkpoints``, ``checkpoint_blobs``,
     ``checkpoint_writes``): LangGraph's ``PostgresSaver`` reads and continues the threads
     this saver writes, and the other way round. ``schema`` puts the tables in another
-    schema; ``setup=False`` skips creating them; ``max_connections`` sizes the pool."""
+    schema; ``setup=False`` skips creating them; ``max_connections`` sizes the pool.
+
+    Through a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``, the
+    transaction-mode ports of managed poolers), pass ``transaction_pooling=True``: each call
+    then runs in a transaction of its own with unnamed statements, as such a pooler
+    requires, at the cost of more round trips per call."""
 
     _kind = "postgres"
 
