@@ -257,7 +257,8 @@ impl<'c> Executor<'c> for PgConn<'c> {
 /// `warm!(idempotent ...)` is for a call that may run twice with the same outcome (a read,
 /// an upsert): one whose connection turned out dead ([`connection_lost`]) runs once more
 /// on another connection, so a server restart or failover does not fail one call per
-/// pooled connection.
+/// pooled connection. Without `idempotent` such a call fails, and its connection is closed
+/// all the same.
 ///
 /// [`connection_lost`]: crate::error::connection_lost
 macro_rules! warm {
@@ -272,9 +273,12 @@ macro_rules! warm {
     }};
     ($conns:expr, |$conn:ident| $run:expr) => {{
         let conns: &$crate::core::Conns = &$conns;
-        checkpoint_core::backend::warm!(conns.warm, $crate::error::classify, |c| {
-            $crate::core::scoped!(conns, c, |$conn| $run)
-        })
+        checkpoint_core::backend::warm!(
+            conns.warm,
+            $crate::error::classify,
+            discard_if $crate::error::connection_lost,
+            |c| $crate::core::scoped!(conns, c, |$conn| $run)
+        )
     }};
 }
 pub(crate) use warm;

@@ -479,7 +479,10 @@ impl<DB: Database> DerefMut for Conn<DB> {
 /// unusable), for a call that may run twice (a read, an idempotent write): when `$lost`
 /// holds for its error, the connection is closed ([`Conn::discard`]),
 /// [`Warm::connection_lost`] runs and `$run` is evaluated and awaited once more, on another
-/// connection.
+/// connection. With `discard_if $lost`, for a call that must not run twice, the same
+/// happens except the second run: the call fails, and its connection does not go back to
+/// the pool to fail the next call too (a connection to a server that turned read-only
+/// still answers the pool's liveness test).
 ///
 /// ```ignore
 /// let rows = warm!(inner.warm, classify, |conn| sqlx::query(SQL).bind(id).fetch_all(conn))
@@ -516,6 +519,22 @@ macro_rules! __warm {
                 Err(e) => break Err(e),
             }
         }
+    }};
+    ($warm:expr, $classify:path, discard_if $lost:path, |$conn:ident| $run:expr) => {{
+        let mut warm_conn = $warm.acquire().await.map_err($classify)?;
+        let out = {
+            let $conn = &mut *warm_conn;
+            $run.await
+        };
+        match &out {
+            Ok(_) => warm_conn.done(),
+            Err(e) if $lost(e) => {
+                warm_conn.discard();
+                $warm.connection_lost(e);
+            }
+            Err(_) => {}
+        }
+        out
     }};
     ($warm:expr, $classify:path, |$conn:ident| $run:expr) => {{
         let mut warm_conn = $warm.acquire().await.map_err($classify)?;
@@ -766,5 +785,36 @@ mod tests {
             all_back(&pool).await;
             pool.close().await;
         });
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_connection_is_lost_closes_it_and_runs_once_without_retry() {
+        fn lost(_: &sqlx::Error) -> bool {
+            true
+        }
+        fn classify(e: sqlx::Error) -> sqlx::Error {
+            e
+        }
+        let pool = pool(2).await;
+        let warm = Arc::new(Warm::new(pool.clone()));
+        op(&warm).await;
+        assert_eq!(pool.size(), 1);
+        let runs = std::sync::atomic::AtomicUsize::new(0);
+        let out: Result<_, sqlx::Error> = async {
+            warm!(warm, classify, discard_if lost, |conn| {
+                runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                sqlx::query("SELECT * FROM no_such_table").execute(conn)
+            })
+        }
+        .await;
+        assert!(out.is_err());
+        assert_eq!(runs.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // The warm connection it ran on was closed, not kept or handed back.
+        let started = Instant::now();
+        while pool.size() > 0 {
+            assert!(started.elapsed() < Duration::from_secs(3), "never closed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(warm.idle().conns.is_empty());
     }
 }

@@ -272,6 +272,28 @@ async fn connections_to_a_server_that_turned_read_only_are_closed() {
     // Reads still work on the read-only server.
     let latest = saver.get_tuple(&first[0].config).await.unwrap().unwrap();
     assert_eq!(latest.config, first[0].config);
+    // A lease is not retried: it fails, transient, and the connection it met (the read's,
+    // kept warm, or another of the pool's) is closed too, not handed to the next call.
+    let open = saver_backends().await;
+    let err = saver
+        .acquire_lease("t-lease", "me", std::time::Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{}", err.chain());
+    assert!(err.chain().contains("read-only"), "{}", err.chain());
+    let mut closed = false;
+    for _ in 0..50 {
+        let now = saver_backends().await;
+        if open.iter().any(|pid| !now.contains(pid)) {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        closed,
+        "the connection the lease met on the read-only server is still open"
+    );
 
     read_only(false).await;
     checkpoint_conformance::fixtures::put_chain(&saver, "t3", "", 2, "run")
