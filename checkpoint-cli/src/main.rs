@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use checkpoint_cli::migrate::{self, MigrateOptions, Progress};
 use checkpoint_cli::select::{self, Selection};
-use checkpoint_cli::store::{SCHEMES, Store};
+use checkpoint_cli::store::{SCHEMES, STORE_PARAMETERS, Store};
 use checkpoint_cli::verify::{self, VerifyOptions};
 use checkpoint_cli::{CliError, diff, inspect, prune};
 use clap::{Args, Parser, Subcommand};
@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// Inspect, verify, repair and prune the agent threads stored by any checkpoint-rs backend
 /// (and LangGraph's PostgreSQL tables, which are ours), and migrate them between backends.
 #[derive(Debug, Parser)]
-#[command(name = "checkpoint", version, about, after_help = format!("Store URLs: {SCHEMES}"))]
+#[command(name = "checkpoint", version, about, after_help = format!("Store URLs: {SCHEMES}\nStore options in the URL: {STORE_PARAMETERS}"))]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -19,6 +19,12 @@ pub const SCHEMES: &str = "sqlite://PATH, postgres://..., redis://... (rediss://
                            redis+cluster://HOST:PORT[,HOST:PORT...], mongodb://.../DB, \
                            langgraph-sqlite://PATH, langgraph-mongodb://.../DB (read-only)";
 
+/// The store options a URL's query may carry, per scheme, as shown in help. They are taken
+/// out of the URL before its driver sees it; every other parameter goes to the driver.
+pub const STORE_PARAMETERS: &str = "postgres://...?schema=NAME&transaction_pooling=true, \
+                                    redis://...?key_prefix=PREFIX (also redis+cluster://), \
+                                    mongodb://.../DB?collection_prefix=PREFIX";
+
 /// Which backend a URL names, and how to reach it.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Store {
@@ -27,17 +33,37 @@ pub enum Store {
     /// A SQLite file written by Python's `langgraph-checkpoint-sqlite` (read-only).
     LangGraphSqlite(PathBuf),
     /// A PostgreSQL server (LangGraph's tables).
-    Postgres(String),
+    Postgres {
+        /// The connection string, without the store's own parameters.
+        url: String,
+        /// `?schema=`: the schema of the tables (default: the connection's `search_path`).
+        schema: Option<String>,
+        /// `?transaction_pooling=true`: behind a pooler in transaction mode (see
+        /// `PostgresSaverBuilder::transaction_pooling`).
+        transaction_pooling: bool,
+    },
     /// A single Redis server.
-    Redis(String),
+    Redis {
+        /// The connection string, without the store's own parameters.
+        url: String,
+        /// `?key_prefix=`: the prefix of the saver's keys (default: the saver's).
+        key_prefix: Option<String>,
+    },
     /// A Redis Cluster, by its seed nodes (`redis://host:port` each).
-    RedisCluster(Vec<String>),
+    RedisCluster {
+        /// The seed nodes.
+        nodes: Vec<String>,
+        /// `?key_prefix=`, as for [`Store::Redis`].
+        key_prefix: Option<String>,
+    },
     /// A MongoDB deployment and the database holding the collections.
     Mongo {
-        /// The connection string as given.
+        /// The connection string, without the store's own parameters.
         uri: String,
         /// The database named in its path.
         database: String,
+        /// `?collection_prefix=`: the prefix of the collection names (default: none).
+        collection_prefix: Option<String>,
     },
     /// A MongoDB database written by Python's `langgraph-checkpoint-mongodb` (read-only).
     LangGraphMongo {
@@ -54,10 +80,33 @@ impl std::fmt::Debug for Store {
         match self {
             Store::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
             Store::LangGraphSqlite(p) => f.debug_tuple("LangGraphSqlite").field(p).finish(),
-            Store::Postgres(_) => f.write_str("Postgres(..)"),
-            Store::Redis(_) => f.write_str("Redis(..)"),
-            Store::RedisCluster(n) => write!(f, "RedisCluster({} nodes)", n.len()),
-            Store::Mongo { database, .. } => write!(f, "Mongo {{ database: {database:?} }}"),
+            Store::Postgres {
+                schema,
+                transaction_pooling,
+                ..
+            } => f
+                .debug_struct("Postgres")
+                .field("schema", schema)
+                .field("transaction_pooling", transaction_pooling)
+                .finish_non_exhaustive(),
+            Store::Redis { key_prefix, .. } => f
+                .debug_struct("Redis")
+                .field("key_prefix", key_prefix)
+                .finish_non_exhaustive(),
+            Store::RedisCluster { nodes, key_prefix } => f
+                .debug_struct("RedisCluster")
+                .field("nodes", &nodes.len())
+                .field("key_prefix", key_prefix)
+                .finish(),
+            Store::Mongo {
+                database,
+                collection_prefix,
+                ..
+            } => f
+                .debug_struct("Mongo")
+                .field("database", database)
+                .field("collection_prefix", collection_prefix)
+                .finish_non_exhaustive(),
             Store::LangGraphMongo { database, .. } => {
                 write!(f, "LangGraphMongo {{ database: {database:?} }}")
             }
@@ -85,9 +134,38 @@ impl Store {
                     Store::LangGraphSqlite(PathBuf::from(path))
                 })
             }
-            "postgres" | "postgresql" => Ok(Store::Postgres(url.to_owned())),
-            "redis" | "rediss" => Ok(Store::Redis(url.to_owned())),
+            "postgres" | "postgresql" => {
+                let (url, mut params) = take_params(url, &["schema", "transaction_pooling"])?;
+                let transaction_pooling = match params.remove("transaction_pooling").as_deref() {
+                    None | Some("false" | "0") => false,
+                    Some("true" | "1") => true,
+                    Some(other) => {
+                        return Err(CliError::Url(format!(
+                            "transaction_pooling={other:?}: expected true or false"
+                        )));
+                    }
+                };
+                Ok(Store::Postgres {
+                    url,
+                    schema: params.remove("schema"),
+                    transaction_pooling,
+                })
+            }
+            "redis" | "rediss" => {
+                let (url, mut params) = take_params(url, &["key_prefix"])?;
+                Ok(Store::Redis {
+                    url,
+                    key_prefix: params.remove("key_prefix"),
+                })
+            }
             "redis+cluster" => {
+                let (url, mut params) = take_params(url, &["key_prefix"])?;
+                let rest = url
+                    .split_once("://")
+                    .map_or("", |(_, rest)| rest)
+                    .split(['?', '#'])
+                    .next()
+                    .unwrap_or_default();
                 let nodes: Vec<String> = rest
                     .split(',')
                     .filter(|n| !n.is_empty())
@@ -96,7 +174,10 @@ impl Store {
                 if nodes.is_empty() {
                     return Err(bad("redis+cluster:// needs at least one node"));
                 }
-                Ok(Store::RedisCluster(nodes))
+                Ok(Store::RedisCluster {
+                    nodes,
+                    key_prefix: params.remove("key_prefix"),
+                })
             }
             "mongodb" | "mongodb+srv" | "langgraph-mongodb" | "langgraph-mongodb+srv" => {
                 let after_host = rest.split_once('/').map(|(_, p)| p).unwrap_or_default();
@@ -111,10 +192,14 @@ impl Store {
                     )));
                 }
                 Ok(match scheme.strip_prefix("langgraph-") {
-                    None => Store::Mongo {
-                        uri: url.to_owned(),
-                        database,
-                    },
+                    None => {
+                        let (uri, mut params) = take_params(url, &["collection_prefix"])?;
+                        Store::Mongo {
+                            uri,
+                            database,
+                            collection_prefix: params.remove("collection_prefix"),
+                        }
+                    }
                     Some(driver_scheme) => Store::LangGraphMongo {
                         uri: format!("{driver_scheme}://{rest}"),
                         database,
@@ -182,21 +267,26 @@ impl Store {
                 }
                 both(ReadOnly::new(LangGraphSqliteSource::open(path).await?))
             }
-            Store::Postgres(url) => both(postgres(url, connections).await?),
-            Store::Redis(url) => {
-                both(redis(RedisSaver::builder(url.clone()), connections, access).await?)
-            }
-            Store::RedisCluster(nodes) => both(
+            Store::Postgres { .. } => both(self.postgres(connections).await?),
+            Store::Redis { url, key_prefix } => both(
                 redis(
-                    RedisSaver::cluster_builder(nodes.clone()),
+                    RedisSaver::builder(url.clone()),
+                    key_prefix,
                     connections,
                     access,
                 )
                 .await?,
             ),
-            Store::Mongo { uri, database } => {
-                both(MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?)
-            }
+            Store::RedisCluster { nodes, key_prefix } => both(
+                redis(
+                    RedisSaver::cluster_builder(nodes.clone()),
+                    key_prefix,
+                    connections,
+                    access,
+                )
+                .await?,
+            ),
+            Store::Mongo { .. } => both(self.mongo().await?),
             Store::LangGraphMongo { uri, database } => both(ReadOnly::new(
                 LangGraphMongoSource::connect(uri, database).await?,
             )),
@@ -214,17 +304,17 @@ impl Store {
     ) -> Result<Arc<dyn Saver>, CliError> {
         let saver: Arc<dyn Saver> = match self {
             Store::Sqlite(path) => Arc::new(SqliteSaver::open(path).await?),
-            Store::Postgres(url) => {
-                let saver = postgres(url, connections).await?;
+            Store::Postgres { .. } => {
+                let saver = self.postgres(connections).await?;
                 saver.setup().await?;
                 Arc::new(saver)
             }
-            Store::Mongo { uri, database } => {
-                let saver = MongoSaver::connect(uri, MongoConfig::new(database.clone())).await?;
+            Store::Mongo { .. } => {
+                let saver = self.mongo().await?;
                 saver.setup().await?;
                 Arc::new(saver)
             }
-            Store::Redis(_) | Store::RedisCluster(_) => {
+            Store::Redis { .. } | Store::RedisCluster { .. } => {
                 return Ok(self.open_with(connections, Access::Write).await?.0);
             }
             Store::LangGraphSqlite(_) | Store::LangGraphMongo { .. } => {
@@ -239,12 +329,89 @@ impl Store {
     }
 }
 
-async fn postgres(url: &str, connections: Option<u32>) -> Result<PostgresSaver, CliError> {
-    let mut builder = PostgresSaver::builder(url)?;
-    if let Some(n) = connections {
-        builder = builder.max_connections(n);
+impl Store {
+    /// The PostgreSQL saver of a `postgres://` store.
+    async fn postgres(&self, connections: Option<u32>) -> Result<PostgresSaver, CliError> {
+        let Store::Postgres {
+            url,
+            schema,
+            transaction_pooling,
+        } = self
+        else {
+            unreachable!("called for postgres:// only");
+        };
+        let mut builder = PostgresSaver::builder(url)?.transaction_pooling(*transaction_pooling);
+        if let Some(schema) = schema {
+            builder = builder.schema(schema);
+        }
+        if let Some(n) = connections {
+            builder = builder.max_connections(n);
+        }
+        Ok(builder.connect().await?)
     }
-    Ok(builder.connect().await?)
+
+    /// The MongoDB saver of a `mongodb://` store.
+    async fn mongo(&self) -> Result<MongoSaver, CliError> {
+        let Store::Mongo {
+            uri,
+            database,
+            collection_prefix,
+        } = self
+        else {
+            unreachable!("called for mongodb:// only");
+        };
+        let mut config = MongoConfig::new(database.clone());
+        if let Some(prefix) = collection_prefix {
+            config = config.collection_prefix(prefix);
+        }
+        Ok(MongoSaver::connect(uri, config).await?)
+    }
+}
+
+/// `url` without the query parameters called `names`, and their decoded values. Every other
+/// parameter stays as written, for the driver. A parameter given twice, or without a value,
+/// is [`CliError::Url`].
+fn take_params(
+    url: &str,
+    names: &[&str],
+) -> Result<(String, std::collections::BTreeMap<String, String>), CliError> {
+    let mut taken = std::collections::BTreeMap::new();
+    let (before_fragment, fragment) = match url.split_once('#') {
+        Some((before, fragment)) => (before, Some(fragment)),
+        None => (url, None),
+    };
+    let Some((base, query)) = before_fragment.split_once('?') else {
+        return Ok((url.to_owned(), taken));
+    };
+    let mut kept = Vec::new();
+    for segment in query.split('&').filter(|s| !s.is_empty()) {
+        let (key, value) = form_urlencoded::parse(segment.as_bytes())
+            .next()
+            .unwrap_or_default();
+        if !names.contains(&key.as_ref()) {
+            kept.push(segment);
+            continue;
+        }
+        if value.is_empty() {
+            return Err(CliError::Url(format!("{key}= needs a value")));
+        }
+        if taken
+            .insert(key.clone().into_owned(), value.into_owned())
+            .is_some()
+        {
+            return Err(CliError::Url(format!("{key}= is given twice")));
+        }
+    }
+    let mut out = base.to_owned();
+    if !kept.is_empty() {
+        out.push('?');
+        out.push_str(&kept.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    Ok((out, taken))
 }
 
 /// What a command does with a store.
@@ -256,10 +423,15 @@ enum Access {
 
 async fn redis(
     builder: checkpoint_redis::RedisSaverBuilder,
+    key_prefix: &Option<String>,
     connections: Option<u32>,
     access: Access,
 ) -> Result<RedisSaver, CliError> {
     let builder = builder.allow_eviction(access == Access::Read);
+    let builder = match key_prefix {
+        Some(prefix) => builder.key_prefix(prefix.clone()),
+        None => builder,
+    };
     // The commands write or read each thread once: the saver's memo of recent list values
     // (64 MiB by default, for agents writing the same threads again and again) would only
     // hold memory. 4 MiB covers the threads a migration has in flight.
@@ -285,13 +457,20 @@ mod tests {
             Store::parse("sqlite:///tmp/a.db").unwrap(),
             Store::Sqlite(PathBuf::from("/tmp/a.db"))
         );
-        assert!(matches!(
+        assert_eq!(
             Store::parse("postgres://u:p@h/db").unwrap(),
-            Store::Postgres(_)
-        ));
+            Store::Postgres {
+                url: "postgres://u:p@h/db".into(),
+                schema: None,
+                transaction_pooling: false
+            }
+        );
         assert_eq!(
             Store::parse("redis+cluster://a:7000,b:7001").unwrap(),
-            Store::RedisCluster(vec!["redis://a:7000".into(), "redis://b:7001".into()])
+            Store::RedisCluster {
+                nodes: vec!["redis://a:7000".into(), "redis://b:7001".into()],
+                key_prefix: None
+            }
         );
         match Store::parse("mongodb://h:27017/agents?replicaSet=rs0").unwrap() {
             Store::Mongo { database, .. } => assert_eq!(database, "agents"),
@@ -321,5 +500,64 @@ mod tests {
         }
         let debug = format!("{:?}", Store::parse("postgres://u:secret@h/db").unwrap());
         assert!(!debug.contains("secret"));
+    }
+
+    #[test]
+    fn store_parameters_are_taken_out_of_the_url_and_the_rest_kept_as_written() {
+        assert_eq!(
+            Store::parse(
+                "postgres://u:p@h/db?sslmode=require&schema=Agents&options=-c%20x%3Dy\
+                 &transaction_pooling=true#f"
+            )
+            .unwrap(),
+            Store::Postgres {
+                url: "postgres://u:p@h/db?sslmode=require&options=-c%20x%3Dy#f".into(),
+                schema: Some("Agents".into()),
+                transaction_pooling: true
+            }
+        );
+        assert_eq!(
+            Store::parse("rediss://:pw@h:6380/2?key_prefix=app%3A1").unwrap(),
+            Store::Redis {
+                url: "rediss://:pw@h:6380/2".into(),
+                key_prefix: Some("app:1".into())
+            }
+        );
+        assert_eq!(
+            Store::parse("redis+cluster://a:7000,b:7001?key_prefix=x").unwrap(),
+            Store::RedisCluster {
+                nodes: vec!["redis://a:7000".into(), "redis://b:7001".into()],
+                key_prefix: Some("x".into())
+            }
+        );
+        assert_eq!(
+            Store::parse("mongodb://h/agents?replicaSet=rs0&collection_prefix=t1_").unwrap(),
+            Store::Mongo {
+                uri: "mongodb://h/agents?replicaSet=rs0".into(),
+                database: "agents".into(),
+                collection_prefix: Some("t1_".into())
+            }
+        );
+        // Two stores differing only in their prefix are different stores.
+        assert_ne!(
+            Store::parse("redis://h?key_prefix=a").unwrap(),
+            Store::parse("redis://h?key_prefix=b").unwrap()
+        );
+        for bad in [
+            "postgres://h/db?transaction_pooling=maybe",
+            "postgres://h/db?schema=a&schema=b",
+            "redis://h?key_prefix=",
+            "mongodb://h/db?collection_prefix",
+        ] {
+            assert!(matches!(Store::parse(bad), Err(CliError::Url(_))), "{bad}");
+        }
+        let debug = format!(
+            "{:?}",
+            Store::parse("redis://:secret@h?key_prefix=p").unwrap()
+        );
+        assert!(
+            !debug.contains("secret") && debug.contains("\"p\""),
+            "{debug}"
+        );
     }
 }

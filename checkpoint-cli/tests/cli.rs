@@ -1361,3 +1361,99 @@ async fn langgraph_mongodb_databases_migrate_into_our_stores() {
     client.database(&format!("{db}_ours")).drop().await.unwrap();
     let _ = std::fs::remove_file(&ours);
 }
+
+/// The store options a URL carries (`schema`, `transaction_pooling`, `key_prefix`,
+/// `collection_prefix`) put a migration where a saver configured with them finds it.
+#[tokio::test]
+async fn store_options_in_urls_place_a_migration_where_a_configured_saver_finds_it() {
+    use checkpoint_mongo::{MongoConfig, MongoSaver};
+    use checkpoint_postgres::PostgresSaver;
+    use checkpoint_redis::RedisSaver;
+
+    let source = temp_file("store-options");
+    write_store(&source).await;
+    let from = format!("sqlite://{}", source.display());
+    let tag = checkpoint_core::new_checkpoint_id().replace('-', "_");
+    let url = |backend: &str| {
+        let url = checkpoint_conformance::server_url(backend);
+        assert!(
+            url.is_some() || !checkpoint_conformance::servers_required(),
+            "CHECKPOINT_TEST_{}_URL is required",
+            backend.to_uppercase()
+        );
+        url
+    };
+    let at = CheckpointConfig::new("support");
+    let mut checked = 0;
+
+    if let Some(pg) = url("postgres") {
+        let schema = format!("cli_opts_{tag}");
+        let to = format!("{pg}?schema={schema}&transaction_pooling=true");
+        let report = json_of(&[
+            "migrate", "--from", &from, "--to", &to, "--verify", "--json",
+        ]);
+        assert_eq!(report["differences"], json!([]), "{report:#}");
+        let listed = json_of(&["threads", &to, "--json"]);
+        assert_eq!(listed["threads"].as_u64(), Some(2), "{listed:#}");
+        let saver = PostgresSaver::builder(&pg)
+            .unwrap()
+            .schema(&schema)
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(
+            saver.get_tuple(&at).await.unwrap().unwrap().metadata.step(),
+            Some(2)
+        );
+        let drop = format!("DROP SCHEMA \"{schema}\" CASCADE");
+        checkpoint_postgres::sqlx::query(&drop)
+            .execute(saver.pool())
+            .await
+            .unwrap();
+        checked += 1;
+    }
+    if let Some(redis) = url("redis") {
+        let prefix = format!("cli-opts-{tag}");
+        let to = format!("{redis}?key_prefix={prefix}");
+        let report = json_of(&[
+            "migrate", "--from", &from, "--to", &to, "--verify", "--json",
+        ]);
+        assert_eq!(report["differences"], json!([]), "{report:#}");
+        let saver = RedisSaver::builder(redis.clone())
+            .key_prefix(prefix)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(
+            saver.get_tuple(&at).await.unwrap().unwrap().metadata.step(),
+            Some(2)
+        );
+        assert!(saver.purge().await.unwrap() > 0);
+        checked += 1;
+    }
+    if let Some(mongo) = url("mongo") {
+        let prefix = format!("o{}_", &tag[..12]);
+        let to = format!(
+            "{}/checkpoint_cli?collection_prefix={prefix}",
+            mongo.trim_end_matches('/')
+        );
+        let report = json_of(&[
+            "migrate", "--from", &from, "--to", &to, "--verify", "--json",
+        ]);
+        assert_eq!(report["differences"], json!([]), "{report:#}");
+        let saver = MongoSaver::connect(
+            &mongo,
+            MongoConfig::new("checkpoint_cli").collection_prefix(prefix),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            saver.get_tuple(&at).await.unwrap().unwrap().metadata.step(),
+            Some(2)
+        );
+        saver.drop_collections().await.unwrap();
+        checked += 1;
+    }
+    let _ = std::fs::remove_file(&source);
+    eprintln!("store options checked on {checked} server backends");
+}
