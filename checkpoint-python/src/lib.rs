@@ -16,6 +16,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<saver::NativeSaver>()?;
     m.add_class::<stream::TupleStream>()?;
     m.add_function(wrap_pyfunction!(saver::new_checkpoint_id, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::_signal_checks, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -53,17 +53,42 @@ pub(crate) fn runtime() -> PyResult<&'static Runtime> {
 /// How often a blocking call lets the main thread's signal handlers run.
 const SIGNAL_CHECKS: Duration = Duration::from_millis(50);
 
-/// `fut` run to completion on this process's runtime without the GIL, while the main
-/// thread's signal handlers still run every [`SIGNAL_CHECKS`]: Ctrl-C's `KeyboardInterrupt`
-/// (or any exception a handler raises) ends a call that waits on a lock or an unreachable
+/// How many times blocking calls of this process ran the signal handlers' check (for the
+/// tests: `_native._signal_checks()`).
+static SIGNAL_CHECKS_RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of signal checks blocking calls have run in this process.
+#[pyfunction]
+pub(crate) fn _signal_checks() -> u64 {
+    SIGNAL_CHECKS_RUN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether the calling thread is Python's main thread, the only one whose signal handlers
+/// run (`PyErr_CheckSignals` does nothing elsewhere).
+fn on_main_thread(py: Python<'_>) -> PyResult<bool> {
+    let threading = py.import("threading")?;
+    let main = threading.call_method0("main_thread")?;
+    let current = threading.call_method0("current_thread")?;
+    Ok(main.is(&current))
+}
+
+/// `fut` run to completion on this process's runtime without the GIL. On the main thread,
+/// its signal handlers still run every [`SIGNAL_CHECKS`]: Ctrl-C's `KeyboardInterrupt` (or
+/// any exception a handler raises) ends a call that waits on a lock or an unreachable
 /// server, as it does psycopg's. The call's future is then dropped, as the `timeout` option
-/// drops it: it may have taken effect or not.
+/// drops it: it may have taken effect or not. Other threads never run signal handlers, so
+/// their calls wait without taking the GIL back until they end (a check every 50 ms from
+/// each of a thread pool's waiting calls would make the threads running Python hand the
+/// GIL over each time).
 pub(crate) fn block_on<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
 where
     F: Future + Send,
     F::Output: Send,
 {
     let runtime = runtime()?;
+    if !on_main_thread(py)? {
+        return Ok(py.detach(|| runtime.block_on(fut)));
+    }
     py.detach(|| {
         runtime.block_on(async {
             let mut fut = std::pin::pin!(fut);
@@ -72,6 +97,7 @@ where
                     biased;
                     out = &mut fut => return Ok(out),
                     () = tokio::time::sleep(SIGNAL_CHECKS) => {
+                        SIGNAL_CHECKS_RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         Python::attach(|py| py.check_signals())?;
                     }
                 }

@@ -370,6 +370,53 @@ def test_ctrl_c_interrupts_a_call_that_waits(make_store) -> None:
     assert put_chain(saver, "after", 1)
 
 
+def test_only_the_main_thread_checks_for_signals_while_a_call_waits(make_store) -> None:
+    """Python runs signal handlers in the main thread only. A call there that waits on a
+    lock checks for them every 50 ms (the Ctrl-C test above relies on it); the same call in
+    another thread waits without taking the GIL back to check, so a thread pool's waiting
+    calls do not make the threads running Python hand the GIL over."""
+    import psycopg
+    from checkpoint_rs import _native
+
+    store = make_store("postgres")
+    saver = store.saver()
+    put_chain(saver, "t", 1)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    meta = {"source": "loop", "step": 1, "parents": {}}
+
+    def checks_while_locked(call) -> int:
+        """The signal checks run while `call` waits on a lock held for 0.6 s."""
+        with psycopg.connect(store.target) as locker:
+            locker.execute("SET idle_in_transaction_session_timeout = '20s'")
+            locker.execute(
+                f'LOCK TABLE "{store.options["schema"]}".checkpoints IN ACCESS EXCLUSIVE MODE'
+            )
+            release = threading.Timer(0.6, locker.rollback)
+            before = _native._signal_checks()
+            release.start()
+            call()
+            release.join()
+            return _native._signal_checks() - before
+
+    def put_in_a_thread() -> None:
+        raised: list[BaseException] = []
+
+        def put() -> None:
+            try:
+                saver.put(config, empty_checkpoint(), meta, {})
+            except BaseException as e:  # noqa: BLE001 - asserted below
+                raised.append(e)
+
+        worker = threading.Thread(target=put)
+        worker.start()
+        worker.join()
+        assert raised == []
+
+    assert checks_while_locked(put_in_a_thread) == 0
+    assert checks_while_locked(lambda: saver.put(config, empty_checkpoint(), meta, {})) >= 3
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 3
+
+
 def open_descriptors_of(path: str) -> int:
     """How many of this process's file descriptors refer to `path` (Linux)."""
     count = 0
