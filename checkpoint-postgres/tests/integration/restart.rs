@@ -226,7 +226,11 @@ async fn connections_to_a_server_that_turned_read_only_are_closed() {
     let Some((pg, saver)) = private_saver().await else {
         return;
     };
-    let admin = sqlx::PgPool::connect(&pg.url()).await.unwrap();
+    // Every connection of the test's own pool is named, so none counts as the saver's.
+    let admin_options: sqlx::postgres::PgConnectOptions = pg.url().parse().unwrap();
+    let admin = sqlx::PgPool::connect_with(admin_options.application_name("admin"))
+        .await
+        .unwrap();
     let read_only = |on: bool| {
         let admin = admin.clone();
         async move {
@@ -240,27 +244,10 @@ async fn connections_to_a_server_that_turned_read_only_are_closed() {
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         }
     };
-    let saver_backends = || {
-        let admin = admin.clone();
-        async move {
-            let pids: Vec<i32> = sqlx::query_scalar(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' \
-                 AND pid <> pg_backend_pid() AND application_name <> 'admin' ORDER BY pid",
-            )
-            .fetch_all(&admin)
-            .await
-            .unwrap();
-            pids
-        }
-    };
-    sqlx::query("SET application_name = 'admin'")
-        .execute(&admin)
-        .await
-        .unwrap();
     let first = checkpoint_conformance::fixtures::put_chain(&saver, "t", "", 1, "run")
         .await
         .unwrap();
-    let before = saver_backends().await;
+    let before = client_backends(&admin).await;
     assert!(!before.is_empty());
 
     read_only(true).await;
@@ -274,24 +261,15 @@ async fn connections_to_a_server_that_turned_read_only_are_closed() {
     assert_eq!(latest.config, first[0].config);
     // A lease is not retried: it fails, transient, and the connection it met (the read's,
     // kept warm, or another of the pool's) is closed too, not handed to the next call.
-    let open = saver_backends().await;
+    let open = client_backends(&admin).await;
     let err = saver
         .acquire_lease("t-lease", "me", std::time::Duration::from_secs(30))
         .await
         .unwrap_err();
     assert!(err.is_transient(), "{}", err.chain());
     assert!(err.chain().contains("read-only"), "{}", err.chain());
-    let mut closed = false;
-    for _ in 0..50 {
-        let now = saver_backends().await;
-        if open.iter().any(|pid| !now.contains(pid)) {
-            closed = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
     assert!(
-        closed,
+        closed_within_5s(&admin, &open, 1).await,
         "the connection the lease met on the read-only server is still open"
     );
 
@@ -300,17 +278,32 @@ async fn connections_to_a_server_that_turned_read_only_are_closed() {
         .await
         .unwrap_or_else(|e| panic!("a write once the server takes writes: {}", e.chain()));
     // The two connections the failed put met were closed, not kept.
-    let mut gone = false;
+    assert!(
+        closed_within_5s(&admin, &before, 2.min(before.len())).await,
+        "the connections that failed on the read-only server are still open"
+    );
+}
+
+/// The server's client backends other than the test's own (`application_name = 'admin'`):
+/// the saver's connections.
+async fn client_backends(admin: &checkpoint_postgres::sqlx::PgPool) -> Vec<i32> {
+    checkpoint_postgres::sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' \
+         AND application_name <> 'admin' ORDER BY pid",
+    )
+    .fetch_all(admin)
+    .await
+    .unwrap()
+}
+
+/// Whether, within 5 s, at least `n` of the backends `of` are gone.
+async fn closed_within_5s(admin: &checkpoint_postgres::sqlx::PgPool, of: &[i32], n: usize) -> bool {
     for _ in 0..50 {
-        let now = saver_backends().await;
-        if before.iter().filter(|pid| !now.contains(pid)).count() >= 2.min(before.len()) {
-            gone = true;
-            break;
+        let now = client_backends(admin).await;
+        if of.iter().filter(|pid| !now.contains(pid)).count() >= n {
+            return true;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert!(
-        gone,
-        "the connections that failed on the read-only server are still open"
-    );
+    false
 }
