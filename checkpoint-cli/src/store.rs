@@ -267,7 +267,11 @@ impl Store {
                 }
                 both(ReadOnly::new(LangGraphSqliteSource::open(path).await?))
             }
-            Store::Postgres { .. } => both(self.postgres(connections).await?),
+            Store::Postgres {
+                url,
+                schema,
+                transaction_pooling,
+            } => both(postgres(url, schema.as_deref(), *transaction_pooling, connections).await?),
             Store::Redis { url, key_prefix } => both(
                 redis(
                     RedisSaver::builder(url.clone()),
@@ -286,7 +290,11 @@ impl Store {
                 )
                 .await?,
             ),
-            Store::Mongo { .. } => both(self.mongo().await?),
+            Store::Mongo {
+                uri,
+                database,
+                collection_prefix,
+            } => both(mongo(uri, database, collection_prefix.as_deref()).await?),
             Store::LangGraphMongo { uri, database } => both(ReadOnly::new(
                 LangGraphMongoSource::connect(uri, database).await?,
             )),
@@ -304,13 +312,22 @@ impl Store {
     ) -> Result<Arc<dyn Saver>, CliError> {
         let saver: Arc<dyn Saver> = match self {
             Store::Sqlite(path) => Arc::new(SqliteSaver::open(path).await?),
-            Store::Postgres { .. } => {
-                let saver = self.postgres(connections).await?;
+            Store::Postgres {
+                url,
+                schema,
+                transaction_pooling,
+            } => {
+                let saver =
+                    postgres(url, schema.as_deref(), *transaction_pooling, connections).await?;
                 saver.setup().await?;
                 Arc::new(saver)
             }
-            Store::Mongo { .. } => {
-                let saver = self.mongo().await?;
+            Store::Mongo {
+                uri,
+                database,
+                collection_prefix,
+            } => {
+                let saver = mongo(uri, database, collection_prefix.as_deref()).await?;
                 saver.setup().await?;
                 Arc::new(saver)
             }
@@ -329,43 +346,34 @@ impl Store {
     }
 }
 
-impl Store {
-    /// The PostgreSQL saver of a `postgres://` store.
-    async fn postgres(&self, connections: Option<u32>) -> Result<PostgresSaver, CliError> {
-        let Store::Postgres {
-            url,
-            schema,
-            transaction_pooling,
-        } = self
-        else {
-            unreachable!("called for postgres:// only");
-        };
-        let mut builder = PostgresSaver::builder(url)?.transaction_pooling(*transaction_pooling);
-        if let Some(schema) = schema {
-            builder = builder.schema(schema);
-        }
-        if let Some(n) = connections {
-            builder = builder.max_connections(n);
-        }
-        Ok(builder.connect().await?)
+/// The PostgreSQL saver of a `postgres://` store.
+async fn postgres(
+    url: &str,
+    schema: Option<&str>,
+    transaction_pooling: bool,
+    connections: Option<u32>,
+) -> Result<PostgresSaver, CliError> {
+    let mut builder = PostgresSaver::builder(url)?.transaction_pooling(transaction_pooling);
+    if let Some(schema) = schema {
+        builder = builder.schema(schema);
     }
+    if let Some(n) = connections {
+        builder = builder.max_connections(n);
+    }
+    Ok(builder.connect().await?)
+}
 
-    /// The MongoDB saver of a `mongodb://` store.
-    async fn mongo(&self) -> Result<MongoSaver, CliError> {
-        let Store::Mongo {
-            uri,
-            database,
-            collection_prefix,
-        } = self
-        else {
-            unreachable!("called for mongodb:// only");
-        };
-        let mut config = MongoConfig::new(database.clone());
-        if let Some(prefix) = collection_prefix {
-            config = config.collection_prefix(prefix);
-        }
-        Ok(MongoSaver::connect(uri, config).await?)
+/// The MongoDB saver of a `mongodb://` store.
+async fn mongo(
+    uri: &str,
+    database: &str,
+    collection_prefix: Option<&str>,
+) -> Result<MongoSaver, CliError> {
+    let mut config = MongoConfig::new(database);
+    if let Some(prefix) = collection_prefix {
+        config = config.collection_prefix(prefix);
     }
+    Ok(MongoSaver::connect(uri, config).await?)
 }
 
 /// `url` without the query parameters called `names`, and their decoded values. Every other
