@@ -1362,6 +1362,12 @@ async fn langgraph_mongodb_databases_migrate_into_our_stores() {
     let _ = std::fs::remove_file(&ours);
 }
 
+/// `checkpoint migrate --from FROM --to TO --verify`, which must find no difference.
+fn migrate_verified(from: &str, to: &str) {
+    let report = json_of(&["migrate", "--from", from, "--to", to, "--verify", "--json"]);
+    assert_eq!(report["differences"], json!([]), "{to}: {report:#}");
+}
+
 /// The store options a URL carries (`schema`, `transaction_pooling`, `key_prefix`,
 /// `collection_prefix`) put a migration where a saver configured with them finds it.
 #[tokio::test]
@@ -1389,10 +1395,7 @@ async fn store_options_in_urls_place_a_migration_where_a_configured_saver_finds_
     if let Some(pg) = url("postgres") {
         let schema = format!("cli_opts_{tag}");
         let to = format!("{pg}?schema={schema}&transaction_pooling=true");
-        let report = json_of(&[
-            "migrate", "--from", &from, "--to", &to, "--verify", "--json",
-        ]);
-        assert_eq!(report["differences"], json!([]), "{report:#}");
+        migrate_verified(&from, &to);
         let listed = json_of(&["threads", &to, "--json"]);
         assert_eq!(listed["threads"].as_u64(), Some(2), "{listed:#}");
         let saver = PostgresSaver::builder(&pg)
@@ -1415,10 +1418,7 @@ async fn store_options_in_urls_place_a_migration_where_a_configured_saver_finds_
     if let Some(redis) = url("redis") {
         let prefix = format!("cli-opts-{tag}");
         let to = format!("{redis}?key_prefix={prefix}");
-        let report = json_of(&[
-            "migrate", "--from", &from, "--to", &to, "--verify", "--json",
-        ]);
-        assert_eq!(report["differences"], json!([]), "{report:#}");
+        migrate_verified(&from, &to);
         let saver = RedisSaver::builder(redis.clone())
             .key_prefix(prefix)
             .build()
@@ -1437,10 +1437,7 @@ async fn store_options_in_urls_place_a_migration_where_a_configured_saver_finds_
             "{}/checkpoint_cli?collection_prefix={prefix}",
             mongo.trim_end_matches('/')
         );
-        let report = json_of(&[
-            "migrate", "--from", &from, "--to", &to, "--verify", "--json",
-        ]);
-        assert_eq!(report["differences"], json!([]), "{report:#}");
+        migrate_verified(&from, &to);
         let saver = MongoSaver::connect(
             &mongo,
             MongoConfig::new("checkpoint_cli").collection_prefix(prefix),

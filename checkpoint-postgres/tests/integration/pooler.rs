@@ -218,14 +218,20 @@ async fn a_schema_name_with_capitals_is_used_as_written() {
         .unwrap()
         .unwrap();
     assert_eq!(latest.config, put[1].config);
-    let direct = sqlx::PgPool::connect(&url).await.unwrap();
+    assert_eq!(checkpoints_in(&url, &schema).await, 2);
+    drop_schemas(&url, &[schema]).await;
+}
+
+/// The rows of `schema.checkpoints`, read directly from the server at `url`.
+async fn checkpoints_in(url: &str, schema: &str) -> i64 {
+    let direct = sqlx::PgPool::connect(url).await.unwrap();
     let statement = format!("SELECT count(*) FROM \"{schema}\".checkpoints");
-    let rows: i64 = sqlx::query_scalar(&statement)
+    let rows = sqlx::query_scalar(&statement)
         .fetch_one(&direct)
         .await
         .unwrap();
-    assert_eq!(rows, 2);
-    drop_schemas(&url, &[schema]).await;
+    direct.close().await;
+    rows
 }
 
 /// A saver in `schema` through the transaction pooler at `through`, set up.
@@ -307,13 +313,7 @@ async fn through_a_transaction_pooler_concurrent_callers_see_their_own_threads()
         task.await.unwrap().unwrap();
     }
     // Every checkpoint went to the configured schema.
-    let direct = sqlx::PgPool::connect(&url).await.unwrap();
-    let statement = format!("SELECT count(*) FROM \"{schema}\".checkpoints");
-    let rows: i64 = sqlx::query_scalar(&statement)
-        .fetch_one(&direct)
-        .await
-        .unwrap();
-    assert_eq!(rows, 8 * 10 * 3);
+    assert_eq!(checkpoints_in(&url, &schema).await, 8 * 10 * 3);
     drop_schemas(&url, &[schema]).await;
 }
 
