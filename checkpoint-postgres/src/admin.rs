@@ -98,14 +98,14 @@ pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTt
     let mut tx = inner.begin().await.map_err(classify)?;
     sqlx::query(sql::FORGET_EXPIRED)
         .bind([thread_id])
-        .execute(inner.conns.on(&mut tx))
+        .execute(tx.conn())
         .await
         .map_err(classify)?;
     sqlx::query(sql::SET_THREAD_TTL)
         .bind(thread_id)
         .bind(ttl_ms)
         .bind(inner.default_ttl_ms)
-        .execute(inner.conns.on(&mut tx))
+        .execute(tx.conn())
         .await
         .map_err(classify)?;
     tx.commit().await.map_err(classify)
@@ -155,19 +155,19 @@ pub(crate) async fn scan_threads(
     // imported database (no statistics yet: estimates in the millions) would pay it.
     let mut tx = inner.begin().await.map_err(classify)?;
     sqlx::query("SET LOCAL jit = off")
-        .execute(inner.conns.on(&mut tx))
+        .execute(tx.conn())
         .await
         .map_err(classify)?;
     let missing =
         sqlx::query_as::<_, (String, String, String, String, String)>(sql::SCAN_MISSING_VALUES)
             .bind(&ids)
-            .fetch_all(inner.conns.on(&mut tx))
+            .fetch_all(tx.conn())
             .await
             .map_err(classify)?;
     let orphans =
         sqlx::query_as::<_, (String, String, String, i64)>(sql::SCAN_WRITES_WITHOUT_CHECKPOINT)
             .bind(&ids)
-            .fetch_all(inner.conns.on(&mut tx))
+            .fetch_all(tx.conn())
             .await
             .map_err(classify)?;
     tx.commit().await.map_err(classify)?;

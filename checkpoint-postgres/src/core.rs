@@ -34,7 +34,7 @@ impl Inner {
     }
 
     /// A transaction on a connection of the pool (see [`Conns::begin`]).
-    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    pub(crate) async fn begin(&self) -> Result<Tx, sqlx::Error> {
         self.conns.begin().await
     }
 
@@ -109,27 +109,45 @@ impl Conns {
 
     /// A transaction on a connection of the pool, the warm ones handed back first (see
     /// [`Warm::through_pool`](checkpoint_core::backend::Warm::through_pool)), with the
-    /// schema's `search_path` behind a transaction-mode pooler. Run its statements through
-    /// [`on`](Self::on).
-    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    /// schema's `search_path` behind a transaction-mode pooler.
+    pub(crate) async fn begin(&self) -> Result<Tx, sqlx::Error> {
         let pool = self.warm.pool();
-        self.warm
+        let tx = self
+            .warm
             .through_pool(async {
                 match &self.begin {
                     None => pool.begin().await,
                     Some(begin) => pool.begin_with(begin.to_string()).await,
                 }
             })
-            .await
+            .await?;
+        Ok(Tx {
+            tx,
+            named: self.begin.is_none(),
+        })
+    }
+}
+
+/// A transaction of several statements (see [`Conns::begin`]), rolled back if dropped
+/// before [`commit`](Self::commit). Its statements run on [`conn`](Self::conn), which
+/// prepares them as the saver must; the connection itself is not reachable.
+pub(crate) struct Tx {
+    tx: Transaction<'static, Postgres>,
+    named: bool,
+}
+
+impl Tx {
+    /// The executor to run the transaction's next statement on.
+    pub(crate) fn conn(&mut self) -> PgConn<'_> {
+        PgConn {
+            conn: &mut self.tx,
+            named: self.named,
+        }
     }
 
-    /// `conn` (a transaction's, from [`begin`](Self::begin)) as an executor that prepares
-    /// statements as this saver must.
-    pub(crate) fn on<'t>(&self, conn: &'t mut PgConnection) -> PgConn<'t> {
-        PgConn {
-            conn,
-            named: self.begin.is_none(),
-        }
+    /// Commits the transaction.
+    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
     }
 }
 

@@ -24,34 +24,30 @@ pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
     );
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(&lock_name)
-        .execute(inner.conns.on(&mut tx))
+        .execute(tx.conn())
         .await?;
     if let Some(schema) = &inner.schema {
         // A lazily connected saver's first check (see `connect`).
-        check_search_path(inner.conns.on(&mut tx), schema).await?;
+        check_search_path(tx.conn(), schema).await?;
         let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quoted_schema(schema));
-        sqlx::query(&create)
-            .execute(inner.conns.on(&mut tx))
-            .await?;
+        sqlx::query(&create).execute(tx.conn()).await?;
     }
     for (steps, version, record) in [
         (LANGGRAPH, sql::LANGGRAPH_VERSION, sql::LANGGRAPH_RECORD),
         (OWN, sql::OWN_VERSION, sql::OWN_RECORD),
     ] {
-        sqlx::Executor::execute(inner.conns.on(&mut tx), steps[0]).await?;
-        let applied: Option<i32> = sqlx::query_scalar(version)
-            .fetch_one(inner.conns.on(&mut tx))
-            .await?;
+        sqlx::Executor::execute(tx.conn(), steps[0]).await?;
+        let applied: Option<i32> = sqlx::query_scalar(version).fetch_one(tx.conn()).await?;
         let start = applied.map_or(0, |v| v + 1);
         for (v, step) in steps
             .iter()
             .enumerate()
             .skip(usize::try_from(start).unwrap_or(0))
         {
-            sqlx::Executor::execute(inner.conns.on(&mut tx), *step).await?;
+            sqlx::Executor::execute(tx.conn(), *step).await?;
             sqlx::query(record)
                 .bind(i32::try_from(v).unwrap_or(i32::MAX))
-                .execute(inner.conns.on(&mut tx))
+                .execute(tx.conn())
                 .await?;
         }
     }
