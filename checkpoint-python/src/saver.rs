@@ -503,8 +503,9 @@ impl NativeSaver {
         )
     }
 
-    /// Stores a checkpoint under parent `parent_id`; returns its id.
-    #[pyo3(signature = (thread_id, checkpoint_ns, parent_id, checkpoint, metadata, new_versions, blocking))]
+    /// Stores a checkpoint under parent `parent_id`; returns its id. `compare_and_set` is the
+    /// run's choice for this put (`None`: the saver's).
+    #[pyo3(signature = (thread_id, checkpoint_ns, parent_id, checkpoint, metadata, new_versions, compare_and_set, blocking))]
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
@@ -515,12 +516,18 @@ impl NativeSaver {
         checkpoint: &Bound<'_, PyAny>,
         metadata: &str,
         new_versions: &Bound<'_, PyAny>,
+        compare_and_set: Option<bool>,
         blocking: bool,
     ) -> PyResult<Py<PyAny>> {
         let checkpoint = convert::checkpoint(checkpoint)?;
         let metadata = convert::metadata(metadata)?;
         let new_versions = convert::versions("new_versions", new_versions)?;
-        let options = if self.compare_and_set {
+        let options = if compare_and_set.unwrap_or(self.compare_and_set) {
+            if !self.capabilities.compare_and_set {
+                return Err(to_py(Error::Unsupported {
+                    op: "compare_and_set",
+                }));
+            }
             PutOptions::compare_and_set()
         } else {
             PutOptions::new()

@@ -174,6 +174,61 @@ async def test_concurrent_invocations_cannot_fork_with_compare_and_set(kind, mak
     assert _forks(saver, "chat-guarded") == []
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_a_run_chooses_compare_and_set_for_its_own_puts(kind, make_store):
+    """Time travel on a guarded saver. A run that replays from an older checkpoint, or an
+    update_state on one, forks the thread: its first put names a parent that is no longer
+    the head, which compare-and-set refuses like a racing writer's. A run that means to
+    fork says so (`compare_and_set: False` in its configurable); every other run stays
+    guarded. The other way round, an unguarded saver guards the runs that ask for it."""
+    saver = make_store(kind).saver(compare_and_set=True)
+    graph = slow_graph(delay=0.3).compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "chat"}}
+    await graph.ainvoke({"log": ["message 1"]}, config)
+    before_work = next(s for s in graph.get_state_history(config) if s.next == ("work",))
+    stored = len(list(saver.list(config)))
+
+    with pytest.raises(ConflictError):
+        await graph.ainvoke(None, before_work.config)
+    forking = {"configurable": {**before_work.config["configurable"], "compare_and_set": False}}
+    garbled = {"configurable": {**forking["configurable"], "compare_and_set": "no"}}
+    with pytest.raises(checkpoint_rs.InvalidInputError, match="compare_and_set"):
+        await graph.ainvoke(None, garbled)
+    assert len(list(saver.list(config))) == stored, "a refused run wrote checkpoints"
+
+    # The replay forks from `before_work` and its branch becomes the thread's head.
+    assert (await graph.ainvoke(None, forking))["log"] == ["message 1", "work"]
+    assert _forks(saver, "chat") == [before_work.config["configurable"]["checkpoint_id"]]
+    head = saver.get_tuple(config)
+    assert "compare_and_set" not in head.metadata
+    # So does an edit of the old checkpoint.
+    edited = await graph.aupdate_state(forking, {"log": ["edited"]})
+    assert (await graph.aget_state(config)).config["configurable"]["checkpoint_id"] == (
+        edited["configurable"]["checkpoint_id"]
+    )
+    assert (await graph.ainvoke(None, config))["log"] == ["message 1", "edited", "work"]
+
+    # Runs that do not say otherwise are still guarded against each other.
+    results = await asyncio.gather(
+        graph.ainvoke({"log": ["message 2"]}, config),
+        graph.ainvoke({"log": ["message 3"]}, config),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in results) == ["ConflictError", "dict"], results
+
+    # An unguarded saver guards the runs that ask for it.
+    unguarded = make_store(kind).saver()
+    graph = slow_graph(delay=0.3).compile(checkpointer=unguarded)
+    asking = {"configurable": {"thread_id": "chat", "compare_and_set": True}}
+    results = await asyncio.gather(
+        graph.ainvoke({"log": ["message 1"]}, asking),
+        graph.ainvoke({"log": ["message 2"]}, asking),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in results) == ["ConflictError", "dict"], results
+    assert _forks(unguarded, "chat") == []
+
+
 @pytest.mark.parametrize("kind", PERSISTENT)
 def test_tool_crash_leaves_no_orphan_tool_calls_with_sanitize_on_load(kind, make_store, tmp_path):
     """Seed 004: the agent asked for a tool and the process died while the tool ran. The

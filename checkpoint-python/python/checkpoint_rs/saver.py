@@ -15,7 +15,7 @@ import math
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -125,9 +125,41 @@ def _thread_ttl(ttl: timedelta | str) -> tuple[str, float | None]:
     raise TypeError(f'a thread TTL is a datetime.timedelta, "default" or "pinned"; got {ttl!r}')
 
 
+# The ``configurable`` key with which a run chooses compare-and-set for its own puts.
+_RUN_COMPARE_AND_SET = "compare_and_set"
+
+
+def _run_compare_and_set(config: RunnableConfig) -> bool | None:
+    """The run's choice of compare-and-set (``None``: the saver's)."""
+    value = config["configurable"].get(_RUN_COMPARE_AND_SET)
+    if value is None or isinstance(value, bool):
+        return value
+    raise errors.InvalidInputError(
+        f'configurable["{_RUN_COMPARE_AND_SET}"] must be True, False or None; got {value!r}'
+    )
+
+
+def _without_run_options(config: RunnableConfig) -> RunnableConfig:
+    """``config`` without the run's choice of compare-and-set, which LangGraph would copy
+    into the checkpoint's metadata (from ``configurable``, and from ``metadata``, where
+    LangChain copies scalar ``configurable`` entries)."""
+    configurable = config["configurable"]
+    if _RUN_COMPARE_AND_SET not in configurable:
+        return config
+    value = configurable[_RUN_COMPARE_AND_SET]
+    stripped: dict[str, Any] = {
+        **config,
+        "configurable": {k: v for k, v in configurable.items() if k != _RUN_COMPARE_AND_SET},
+    }
+    metadata = config.get("metadata")
+    if isinstance(value, bool) and metadata and metadata.get(_RUN_COMPARE_AND_SET) is value:
+        stripped["metadata"] = {k: v for k, v in metadata.items() if k != _RUN_COMPARE_AND_SET}
+    return cast(RunnableConfig, stripped)
+
+
 def _metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> str:
     return json.dumps(
-        get_serializable_checkpoint_metadata(config, metadata),
+        get_serializable_checkpoint_metadata(_without_run_options(config), metadata),
         separators=(",", ":"),
         ensure_ascii=False,
     )
@@ -141,8 +173,10 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     * ``serde``: the serializer (default LangGraph's ``JsonPlusSerializer``).
     * ``compare_and_set``: every put stores only if its parent is still the head of the
       thread and namespace, so two processes continuing one thread cannot fork it: the
-      loser gets :class:`checkpoint_rs.errors.ConflictError` and writes nothing. Forking
-      from an older checkpoint (time travel) is then refused too.
+      loser gets :class:`checkpoint_rs.errors.ConflictError` and writes nothing. A run
+      chooses for its own puts with ``"compare_and_set": True`` or ``False`` in its
+      ``configurable``; time travel (replaying from, or updating, an older checkpoint forks
+      the thread) needs ``False``, as compare-and-set refuses a parent that is not the head.
     * ``sanitize_on_load``, ``pending_markers``, ``skip_unsafe_put``, ``idempotent``: the
       wrappers of checkpoint-sanitize (repair orphan tool calls when a thread is loaded,
       mark tool calls in flight, refuse puts that would store an invalid message history,
@@ -289,6 +323,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
             stored,
             _metadata_json(config, metadata),
             new_versions,
+            _run_compare_and_set(config),
         )
 
     def _writes_args(
