@@ -229,6 +229,64 @@ async def test_a_run_chooses_compare_and_set_for_its_own_puts(kind, make_store):
     assert _forks(unguarded, "chat") == []
 
 
+class _ClockBehind:
+    """LangGraph's id clock on a host whose clock is 30 s behind the one that wrote last."""
+
+    @staticmethod
+    def time_ns() -> int:
+        return time.time_ns() - 30_000_000_000
+
+
+def _on_a_host_whose_clock_is_behind(patch: pytest.MonkeyPatch) -> None:
+    """Makes LangGraph's ids as another process on such a host would: from its clock, with
+    no memory of the ids this process made (which it would otherwise never go below)."""
+    import langgraph.checkpoint.base.id as langgraph_ids
+
+    patch.setattr(langgraph_ids, "time", _ClockBehind)
+    patch.setattr(langgraph_ids, "_last_v6_timestamp", None)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_resume_on_a_host_whose_clock_is_behind_fails_and_retries(
+    kind, make_store, tmp_path, monkeypatch
+):
+    """A thread paused at an interrupt is resumed on a host whose clock is behind: LangGraph
+    makes the next checkpoint's id from that clock, below its parent's, and "latest" is the
+    greatest id. LangGraph's own saver stores that checkpoint and the thread's state silently
+    stays at the interrupt; checkpoint_rs refuses the put naming the clock, and the same
+    resume from a host with a good clock finishes without running a step twice
+    (durability "sync")."""
+    from langgraph.checkpoint.memory import InMemorySaver as LangGraphMemorySaver
+
+    def paused(saver, effects: Path):
+        graph = review_graph(effects).compile(checkpointer=saver)
+        graph.invoke({"request": "rebalance?"}, config)
+        return graph
+
+    config = {"configurable": {"thread_id": "portfolio"}}
+    graph = paused(LangGraphMemorySaver(), tmp_path / "langgraph-effects")
+    with monkeypatch.context() as skewed:
+        _on_a_host_whose_clock_is_behind(skewed)
+        assert graph.invoke(Command(resume="hold"), config)["steps"][-1] == "act"
+    assert graph.get_state(config).values["steps"] == ["classify", "present"]
+
+    effects = tmp_path / "effects"
+    saver = make_store(kind).saver()
+    graph = paused(saver, effects)
+    head = saver.get_tuple(config).config
+    with monkeypatch.context() as skewed:
+        _on_a_host_whose_clock_is_behind(skewed)
+        with pytest.raises(checkpoint_rs.InvalidInputError, match=r"ms before its parent's.*clock"):
+            graph.invoke(Command(resume="hold"), config, durability="sync")
+    assert saver.get_tuple(config).config == head
+    resumed = graph.invoke(Command(resume="hold"), config, durability="sync")
+    assert resumed["steps"] == ["classify", "present", "act"]
+    # `present` ran once: its writes were stored before the put was refused. (With
+    # LangGraph's default durability, "async", `act` would already have run while the
+    # refused put was in flight, as after a crash, and would run again on the retry.)
+    assert effects_of(effects) == ["classify", "present", "act"]
+
+
 @pytest.mark.parametrize("kind", PERSISTENT)
 def test_tool_crash_leaves_no_orphan_tool_calls_with_sanitize_on_load(kind, make_store, tmp_path):
     """Seed 004: the agent asked for a tool and the process died while the tool ran. The

@@ -22,8 +22,10 @@ pub fn validate_put(
         && parent >= checkpoint.id.as_str()
     {
         return Err(Error::invalid(format!(
-            "checkpoint id {:?} must be greater than its parent's {:?}",
-            checkpoint.id, parent
+            "checkpoint id {:?} must be greater than its parent's {:?}{}",
+            checkpoint.id,
+            parent,
+            clock_behind(&checkpoint.id, parent)
         )));
     }
     for (channel, version) in new_versions {
@@ -37,6 +39,25 @@ pub fn validate_put(
         }
     }
     Ok(())
+}
+
+/// Why a child's id can sort below its parent's when both are time-ordered ids: the clock
+/// of the process that made the child is behind the one that made the parent (another
+/// host, or a clock stepped back). Empty when the ids carry no time.
+fn clock_behind(child: &str, parent: &str) -> String {
+    match (
+        crate::checkpoint_id_unix_millis(child),
+        crate::checkpoint_id_unix_millis(parent),
+    ) {
+        (Some(child), Some(parent)) if child <= parent => format!(
+            "; both are time-ordered ids and the child's time is {} ms before its parent's: \
+             the clock of the process that made it is behind the clock of the one that made \
+             the parent (keep hosts' clocks in sync; a retry once this process's clock has \
+             passed the parent's time succeeds)",
+            parent - child
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Checks the arguments of [`Saver::put_writes`](crate::Saver::put_writes) as the contract
@@ -232,6 +253,37 @@ mod tests {
                 .check("x", &"\0".repeat(10_000))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_child_made_by_a_clock_behind_its_parents_is_refused_saying_so() {
+        let parent = crate::new_checkpoint_id();
+        // The same id 30 s earlier: what a host whose clock is 30 s behind makes next.
+        let millis = crate::checkpoint_id_unix_millis(&parent).unwrap();
+        let ticks = (millis - 30_000) * 10_000 + 0x01B2_1DD2_1381_4000;
+        let earlier = uuid::Builder::from_sorted_gregorian_timestamp(ticks, 1, &[1; 6])
+            .into_uuid()
+            .hyphenated()
+            .to_string();
+        let config = CheckpointConfig::new("t").with_checkpoint_id(&parent);
+        let mut child = Checkpoint::new();
+        child.id = earlier;
+        let err = validate_put(&config, &child, &ChannelVersions::new()).unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains("30000 ms before its parent's"),
+            "{message}"
+        );
+        assert!(message.contains("clock"), "{message}");
+
+        // Ids that carry no time are refused without the diagnosis.
+        let config = CheckpointConfig::new("t").with_checkpoint_id("b");
+        child.id = "a".into();
+        let message = validate_put(&config, &child, &ChannelVersions::new())
+            .unwrap_err()
+            .to_string();
+        assert!(!message.contains("clock"), "{message}");
     }
 
     #[test]
