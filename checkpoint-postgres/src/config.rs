@@ -10,6 +10,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::core::Inner;
 use crate::error::{PgError, PgResult, classify};
+use crate::schema::{check_own_version, own_version};
 
 /// Connections idle for longer than this are pinged before use.
 const IDLE_PING_AFTER: Duration = Duration::from_secs(10);
@@ -175,11 +176,13 @@ impl PostgresSaverBuilder {
             Err(sqlx::Error::PoolTimedOut) => return Err(no_connection(&options).await),
             Err(e) => return Err(classify(e)),
         };
-        match &self.schema {
-            // Each call sets the search_path itself.
-            Some(_) if self.transaction_pooling => {}
-            Some(schema) => check_search_path(&pool, schema).await?,
-            None => {}
+        // Behind a transaction-mode pooler each call sets the search_path itself, and
+        // `setup` checks the migration inside its transaction.
+        if !self.transaction_pooling {
+            if let Some(schema) = &self.schema {
+                check_search_path(&pool, schema).await?;
+            }
+            check_own_version(own_version(&pool).await?)?;
         }
         Ok(Inner::new(
             pool,

@@ -21,6 +21,13 @@ pub(crate) enum PgError {
          (ALTER ROLE ... SET search_path = ...)"
     )]
     SearchPathIgnored { schema: String, found: String },
+    /// The schema holds this crate's objects at a migration newer than this build knows.
+    #[error(
+        "the schema's checkpoint-rs objects are at migration {found}, newer than this build \
+         of checkpoint-postgres knows ({known}): a newer version set it up, and this one \
+         could store what that version no longer reads the same way; upgrade the crate"
+    )]
+    SchemaTooNew { found: i32, known: i32 },
     /// A stored row this crate cannot read back.
     #[error("corrupt row: {what}")]
     Corrupt {
@@ -103,10 +110,12 @@ impl From<PgError> for Error {
                 reason: format!("postgres: {what}"),
                 source,
             },
-            e @ PgError::SearchPathIgnored { .. } => Error::Backend {
-                backend: BACKEND,
-                source: Box::new(e),
-            },
+            e @ (PgError::SearchPathIgnored { .. } | PgError::SchemaTooNew { .. }) => {
+                Error::Backend {
+                    backend: BACKEND,
+                    source: Box::new(e),
+                }
+            }
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use crate::config::{check_search_path, quoted_schema};
 use crate::core::Inner;
-use crate::error::PgResult;
+use crate::error::{PgError, PgResult};
 use crate::sql;
 
 /// Applies every migration not yet recorded, in one transaction serialized by an advisory
@@ -38,6 +38,10 @@ pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
     ] {
         sqlx::Executor::execute(tx.conn(), steps[0]).await?;
         let applied: Option<i32> = sqlx::query_scalar(version).fetch_one(tx.conn()).await?;
+        if version == sql::OWN_VERSION {
+            // Rolled back on drop: nothing is changed in a schema from the future.
+            check_own_version(applied)?;
+        }
         let start = applied.map_or(0, |v| v + 1);
         for (v, step) in steps
             .iter()
@@ -53,6 +57,30 @@ pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Refuses a schema whose own objects (`checkpoint_rs_migrations`) are at a migration this
+/// build does not know. LangGraph's table of migrations is not checked: a newer LangGraph
+/// may add migrations to the tables both share, which this crate reads as before.
+pub(crate) fn check_own_version(applied: Option<i32>) -> PgResult<()> {
+    let known = i32::try_from(OWN.len()).unwrap_or(i32::MAX) - 1;
+    match applied {
+        Some(found) if found > known => Err(PgError::SchemaTooNew { found, known }),
+        _ => Ok(()),
+    }
+}
+
+/// The migration of this crate's objects in the schema a connection uses, or `None` when
+/// they were never set up there.
+pub(crate) async fn own_version<'c, E>(conn: E) -> PgResult<Option<i32>>
+where
+    E: sqlx::PgExecutor<'c>,
+{
+    match sqlx::query_scalar(sql::OWN_VERSION).fetch_one(conn).await {
+        Ok(applied) => Ok(applied),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// LangGraph's migrations (langgraph-checkpoint-postgres 3.x), by version.

@@ -169,6 +169,51 @@ async fn setup_is_idempotent_and_safe_concurrently() {
 }
 
 #[tokio::test]
+async fn a_schema_set_up_by_a_newer_version_is_refused() {
+    let Some(url) = common::url_or_skip() else {
+        return;
+    };
+    let (saver, schema) = common::fresh_saver(&url).await.unwrap();
+    let own = |sql: &'static str| sqlx::query_scalar::<_, Option<i32>>(sql);
+    let known = own("SELECT max(v) FROM checkpoint_rs_migrations")
+        .fetch_one(saver.pool())
+        .await
+        .unwrap()
+        .unwrap();
+    // A newer LangGraph adding a migration to the tables both share is no reason to refuse.
+    sqlx::query("INSERT INTO checkpoint_migrations (v) VALUES (999)")
+        .execute(saver.pool())
+        .await
+        .unwrap();
+    common::saver_in_schema(&url, &schema).await.unwrap();
+
+    // A newer checkpoint-postgres (a rolling deploy, a rollback) set the schema up.
+    sqlx::query("INSERT INTO checkpoint_rs_migrations (v) VALUES ($1)")
+        .bind(known + 1)
+        .execute(saver.pool())
+        .await
+        .unwrap();
+    let builder = || PostgresSaver::builder(&url).unwrap().schema(&schema);
+    let refused = |e: checkpoint_core::Error| {
+        let message = e.chain();
+        assert!(matches!(e, checkpoint_core::Error::Backend { .. }), "{e:?}");
+        assert!(!e.is_transient());
+        assert!(message.contains(&format!("migration {}", known + 1)), "{message}");
+        assert!(message.contains("upgrade"), "{message}");
+    };
+    refused(builder().connect().await.unwrap_err());
+    // A lazily connected saver is refused at setup, which changes nothing.
+    let lazy = builder().connect_lazy().unwrap();
+    refused(lazy.setup().await.unwrap_err());
+    let versions = own("SELECT max(v) FROM checkpoint_rs_migrations")
+        .fetch_one(saver.pool())
+        .await
+        .unwrap();
+    assert_eq!(versions, Some(known + 1));
+    common::drop_schemas(&url, &[schema]).await;
+}
+
+#[tokio::test]
 async fn the_integrity_scan_finds_a_lost_value_and_orphan_writes() {
     let Some(url) = common::url() else {
         assert!(
