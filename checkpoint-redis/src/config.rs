@@ -243,15 +243,52 @@ impl RedisSaverBuilder {
         } else {
             check_eviction(&link, self.default_ttl.is_some()).await?
         };
+        let layout = Layout::new(&self.prefix);
+        check_layout(&link, &layout.layout_key()).await?;
         Ok(Inner {
             link,
             ttl_evictable,
-            layout: Layout::new(&self.prefix),
+            layout,
             default_ttl_ms: self.default_ttl.map_or(0, duration_ms),
             refresh_on_read: self.refresh_on_read,
             target: redacted,
             chunk_memo: ChunkMemo::new(self.chunk_memo_bytes),
         })
+    }
+}
+
+/// The stored layout this build writes and reads: the keys of a thread, their fields and
+/// records, the global index. A version that stores anything differently writes a greater
+/// number, so that builds before it refuse the prefix instead of misreading it.
+pub(crate) const LAYOUT: i64 = 1;
+
+/// Refuses a prefix whose layout key names a layout this build does not know, and marks an
+/// unmarked prefix with [`LAYOUT`] (keys written before the marker existed are layout 1).
+/// A client that may not write (a replica, an ACL without `SET`) leaves it unmarked.
+async fn check_layout(link: &Link, key: &str) -> Result<()> {
+    let found = link
+        .command(redis::cmd("GET").arg(key))
+        .await
+        .map_err(Error::from)?;
+    let found = match found {
+        Value::Nil => {
+            let mark = redis::cmd("SET").arg(key).arg(LAYOUT).arg("NX").clone();
+            if let Err(e) = link.command(&mark).await {
+                tracing::debug!(error = %e, "could not record the stored layout");
+            }
+            return Ok(());
+        }
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::SimpleString(s) => s,
+        other => format!("{other:?}"),
+    };
+    match found.parse::<i64>() {
+        Ok(v) if (1..=LAYOUT).contains(&v) => Ok(()),
+        _ => Err(RedisSaverError::LayoutTooNew {
+            found,
+            known: LAYOUT,
+        }
+        .into()),
     }
 }
 

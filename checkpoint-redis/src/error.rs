@@ -26,6 +26,13 @@ pub(crate) enum RedisSaverError {
          allow_eviction(true) to accept it"
     )]
     Evicting(String),
+    /// The keys under the prefix are in a stored layout this build does not know.
+    #[error(
+        "the keys under this prefix are in stored layout {found}, which this build of \
+         checkpoint-redis does not know (it writes layout {known}): a newer version wrote \
+         them; upgrade the crate"
+    )]
+    LayoutTooNew { found: String, known: i64 },
 }
 
 impl From<RedisError> for RedisSaverError {
@@ -71,7 +78,9 @@ impl RedisSaverError {
         match self {
             RedisSaverError::Redis(e) => redis_is_transient(e),
             RedisSaverError::PoolTimeout => true,
-            RedisSaverError::Protocol(_) | RedisSaverError::Evicting(_) => false,
+            RedisSaverError::Protocol(_)
+            | RedisSaverError::Evicting(_)
+            | RedisSaverError::LayoutTooNew { .. } => false,
         }
     }
 }

@@ -336,6 +336,12 @@ impl Layout {
             .collect()
     }
 
+    /// The key that records the stored layout of everything under the prefix, in its own
+    /// slot. `%v` cannot be the encoding of a thread id.
+    pub(crate) fn layout_key(&self) -> String {
+        format!("{}:{{%v}}:layout", self.prefix)
+    }
+
     /// The key of an idempotency-ledger entry, in its own slot.
     pub(crate) fn ledger_key(&self, key: &str) -> String {
         format!("{}:{{%l{}}}:claim", self.prefix, key_part(key))

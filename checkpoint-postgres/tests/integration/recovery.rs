@@ -198,7 +198,10 @@ async fn a_schema_set_up_by_a_newer_version_is_refused() {
         let message = e.chain();
         assert!(matches!(e, checkpoint_core::Error::Backend { .. }), "{e:?}");
         assert!(!e.is_transient());
-        assert!(message.contains(&format!("migration {}", known + 1)), "{message}");
+        assert!(
+            message.contains(&format!("migration {}", known + 1)),
+            "{message}"
+        );
         assert!(message.contains("upgrade"), "{message}");
     };
     refused(builder().connect().await.unwrap_err());

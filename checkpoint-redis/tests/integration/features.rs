@@ -78,6 +78,55 @@ async fn keys(url: &str, pattern: &str) -> Vec<String> {
     }
 }
 
+/// Runs `cmd` on the server at `url` (a test's own connection).
+async fn admin<T: redis::FromRedisValue>(url: &str, cmd: &mut redis::Cmd) -> T {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    cmd.query_async(&mut conn).await.unwrap()
+}
+
+#[test]
+fn a_prefix_written_in_a_newer_layout_is_refused() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let prefix = common::unique_prefix("newer-layout");
+        let builder = || RedisSaverBuilder::new(url.clone()).key_prefix(prefix.clone());
+        let saver = builder().build().await.unwrap();
+        put_one(&saver, "t").await;
+        let key = format!("{prefix}:{{%v}}:layout");
+        // A new prefix is marked with the layout this build writes; opening it again is fine.
+        let marker: Option<String> = admin(&url, redis::cmd("GET").arg(&key)).await;
+        assert_eq!(marker.as_deref(), Some("1"));
+        builder().build().await.unwrap();
+
+        // A newer version wrote it (or something else wrote the key).
+        for found in ["2", "not a layout"] {
+            let () = admin(&url, redis::cmd("SET").arg(&key).arg(found)).await;
+            let e = builder().build().await.unwrap_err();
+            assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+            assert!(!e.is_transient());
+            let message = e.chain();
+            assert!(
+                message.contains(&format!("layout {found},")) && message.contains("upgrade"),
+                "{message}"
+            );
+        }
+        // Refusing changed nothing: the thread is there for a build that knows the layout.
+        let () = admin(&url, redis::cmd("SET").arg(&key).arg("1")).await;
+        let saver = builder().build().await.unwrap();
+        assert!(
+            saver
+                .get_tuple(&CheckpointConfig::new("t"))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        saver.purge().await.unwrap();
+        let marker: Option<String> = admin(&url, redis::cmd("GET").arg(&key)).await;
+        assert_eq!(marker, None, "purge removes the marker with the rest");
+    });
+}
+
 #[test]
 fn every_thread_key_carries_the_thread_hash_tag_and_ids_never_glob() {
     let Some(url) = url() else { return };
