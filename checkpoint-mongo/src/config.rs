@@ -173,6 +173,7 @@ impl MongoConfig {
             heads: format!("{p}checkpoint_heads"),
             leases: format!("{p}checkpoint_leases"),
             ledger: format!("{p}checkpoint_ledger"),
+            layout: format!("{p}checkpoint_layout"),
         }
     }
 
@@ -251,11 +252,13 @@ pub struct CollectionNames {
     pub leases: String,
     /// The idempotency ledger: one document per key.
     pub ledger: String,
+    /// One document naming the stored layout of all the others.
+    pub layout: String,
 }
 
 impl CollectionNames {
     /// Every name, in a fixed order.
-    pub fn all(&self) -> [&str; 7] {
+    pub fn all(&self) -> [&str; 8] {
         [
             &self.checkpoints,
             &self.values,
@@ -264,6 +267,7 @@ impl CollectionNames {
             &self.heads,
             &self.leases,
             &self.ledger,
+            &self.layout,
         ]
     }
 }

@@ -21,6 +21,7 @@ pub(crate) struct Inner {
     pub(crate) heads: Collection<Document>,
     pub(crate) leases: Collection<Document>,
     pub(crate) ledger: Collection<Document>,
+    pub(crate) layout: Collection<Document>,
 }
 
 impl Inner {

@@ -89,6 +89,18 @@ pub(crate) enum MongoError {
     /// changes what it writes, e.g. that a value is stored already).
     #[error("transaction to be run again")]
     RetryTransaction(#[source] Box<MongoError>),
+    /// The collections are in a stored layout this build does not know.
+    #[error(
+        "the collections are in stored layout {found}, which this build of checkpoint-mongo \
+         does not know (it writes layout {known}): a newer version wrote them; upgrade the \
+         crate"
+    )]
+    LayoutTooNew {
+        /// The layout document's `v`, as found.
+        found: String,
+        /// The layout this build writes.
+        known: i64,
+    },
     /// A core error raised inside a transaction body (conflict, stale fence, invalid input),
     /// carried out so the transaction is aborted and the error returned as is.
     #[error("{0}")]
@@ -150,7 +162,10 @@ impl MongoError {
             }
             MongoError::RetriesExhausted { .. } | MongoError::Contention { .. } => true,
             MongoError::RetryTransaction(inner) => inner.is_transient(),
-            MongoError::Corrupt { .. } | MongoError::Json { .. } | MongoError::Domain(_) => false,
+            MongoError::Corrupt { .. }
+            | MongoError::Json { .. }
+            | MongoError::LayoutTooNew { .. }
+            | MongoError::Domain(_) => false,
         }
     }
 }

@@ -91,6 +91,7 @@ impl MongoSaver {
             heads: coll(&names.heads),
             leases: coll(&names.leases),
             ledger: coll(&names.ledger),
+            layout: coll(&names.layout),
             client,
             database,
             config,

@@ -5,14 +5,16 @@ use std::time::Duration;
 
 use checkpoint_core::Result;
 use mongodb::IndexModel;
-use mongodb::bson::{Document, doc};
+use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::IndexOptions;
 
 use crate::core::Inner;
-use crate::error::driver;
+use crate::error::{MongoError, driver};
 
-/// Creates the indexes of every collection (see `MongoSaver::setup`).
+/// Records or checks the stored layout, then creates the indexes of every collection (see
+/// `MongoSaver::setup`).
 pub(crate) async fn setup(i: &Inner) -> Result<()> {
+    mark_layout(i).await?;
     let unique = |name: &str, keys: Document| {
         IndexModel::builder()
             .keys(keys)
@@ -95,6 +97,53 @@ pub(crate) async fn setup(i: &Inner) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The stored layout this build writes and reads (documents, fields, indexes). A version
+/// that stores anything differently writes a greater number, so that builds before it
+/// refuse the collections instead of misreading them.
+pub(crate) const LAYOUT: i64 = 1;
+
+/// The `_id` of the layout document.
+const LAYOUT_ID: &str = "layout";
+
+/// Refuses collections whose layout document names a layout this build does not know
+/// (absent: not set up yet, or set up before the document existed, which is layout 1).
+pub(crate) async fn check_layout(i: &Inner) -> Result<()> {
+    let found = i
+        .layout
+        .find_one(doc! { "_id": LAYOUT_ID })
+        .await
+        .map_err(driver)?;
+    let Some(found) = found else { return Ok(()) };
+    match found.get("v") {
+        Some(Bson::Int32(v)) if (1..=LAYOUT).contains(&i64::from(*v)) => Ok(()),
+        Some(Bson::Int64(v)) if (1..=LAYOUT).contains(v) => Ok(()),
+        v => Err(MongoError::LayoutTooNew {
+            found: v.map_or_else(|| "(none)".to_owned(), ToString::to_string),
+            known: LAYOUT,
+        }
+        .into()),
+    }
+}
+
+/// Records [`LAYOUT`] where no layout is recorded yet, then checks the recorded one.
+async fn mark_layout(i: &Inner) -> Result<()> {
+    let mark = i
+        .layout
+        .update_one(
+            doc! { "_id": LAYOUT_ID },
+            doc! { "$setOnInsert": { "v": LAYOUT } },
+        )
+        .upsert(true)
+        .await;
+    match mark {
+        Ok(_) => {}
+        // Inserted concurrently by another process: fine.
+        Err(e) if crate::error::codes(&e).contains(&crate::error::DUPLICATE_KEY) => {}
+        Err(e) => return Err(driver(e)),
+    }
+    check_layout(i).await
 }
 
 /// Drops every collection of this configuration.

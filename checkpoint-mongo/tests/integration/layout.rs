@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use checkpoint_core::{
-    Bytes, Checkpoint, CheckpointConfig, CheckpointMetadata, ListOptions, PruneStrategy,
+    Bytes, Checkpoint, CheckpointConfig, CheckpointMetadata, Error, ListOptions, PruneStrategy,
     PutOptions, PutWritesOptions, Saver, SaverExt, TypedValue,
 };
 use checkpoint_mongo::mongodb::bson::{Document, doc};
@@ -115,6 +115,45 @@ async fn setup_creates_unique_compound_and_ttl_indexes_idempotently() {
     let existing = s.database().list_collection_names().await.unwrap();
     for coll in names.all() {
         assert!(existing.iter().any(|e| e == coll), "{coll} missing");
+    }
+    drop_saver(&s).await;
+}
+
+#[tokio::test]
+async fn collections_in_a_newer_layout_are_refused_at_setup() {
+    if skip("collections_in_a_newer_layout_are_refused_at_setup") {
+        return;
+    }
+    let c = client().await;
+    let s = saver_with(&c, |c| c).await;
+    let layout = s
+        .database()
+        .collection::<Document>(&s.config().collection_names().layout);
+    let marker = || async { layout.find_one(doc! {}).await.unwrap().unwrap() };
+    assert_eq!(marker().await, doc! {"_id": "layout", "v": 1_i64});
+    s.setup().await.unwrap();
+
+    // A newer version set the collections up (or something else wrote the document).
+    for v in [doc! {"v": 2_i64}, doc! {"v": "two"}, doc! {}] {
+        layout
+            .replace_one(doc! {"_id": "layout"}, v.clone())
+            .await
+            .unwrap();
+        let again = MongoSaver::from_client(c.clone(), s.config().clone())
+            .await
+            .unwrap();
+        let e = again.setup().await.unwrap_err();
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+        assert!(!e.is_transient());
+        let message = e.chain();
+        assert!(
+            message.contains("stored layout") && message.contains("upgrade"),
+            "{message}"
+        );
+        // Refused before changing anything: the document is as it was.
+        let mut expected = doc! {"_id": "layout"};
+        expected.extend(v);
+        assert_eq!(marker().await, expected);
     }
     drop_saver(&s).await;
 }
