@@ -50,13 +50,17 @@ impl PgError {
 }
 
 /// SQLSTATE codes after which retrying the same call may succeed: the session ended (see
-/// [`session_ended`]), the server turned read-only (see [`read_only`]), or the statement
-/// lost a race or waited too long.
+/// [`session_ended`]), the server turned read-only (see [`read_only`]), the statement lost a
+/// race or waited too long, or the server ran out of a resource that frees up (disk space,
+/// memory, connections; as a full disk is for the SQLite saver).
 fn transient_sqlstate(code: &str) -> bool {
     session_ended(code)
         || read_only(code)
         || code == "40001" // serialization_failure
         || code == "40P01" // deadlock_detected
+        || code == "53000" // insufficient_resources
+        || code == "53100" // disk_full
+        || code == "53200" // out_of_memory
         || code == "53300" // too_many_connections
         || code == "55P03" // lock_not_available
         || code == "57P03" // cannot_connect_now

@@ -42,13 +42,16 @@ impl From<RedisError> for RedisSaverError {
 }
 
 /// Whether a driver error is worth retrying: the connection dropped or was refused, an I/O
-/// timeout, or the server (or cluster) is temporarily unable to serve.
+/// timeout, the server (or cluster) is temporarily unable to serve, or it refuses writes at
+/// its memory limit (`OOM`, under `noeviction`: memory frees up as threads are deleted or
+/// expire, as a full disk does for the SQLite saver).
 pub(crate) fn redis_is_transient(e: &RedisError) -> bool {
     if e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_unrecoverable_error()
+        || out_of_memory(e)
     {
         return true;
     }
@@ -65,6 +68,15 @@ pub(crate) fn redis_is_transient(e: &RedisError) -> bool {
                     | ServerErrorKind::Ask
             )
     )
+}
+
+/// Whether the server refused a command at its memory limit, alone or inside a `MULTI`
+/// (which `EXECABORT`s with the command's `OOM`).
+fn out_of_memory(e: &RedisError) -> bool {
+    e.code() == Some("OOM")
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, s)| s.code() == "OOM"))
 }
 
 /// Whether the connection an error came from must be replaced.

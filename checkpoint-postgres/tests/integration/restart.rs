@@ -9,7 +9,9 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use checkpoint_conformance::chaos;
+use checkpoint_core::{CheckpointConfig, CheckpointMetadata, Error, PutOptions, Saver};
 use checkpoint_postgres::PostgresSaver;
+use checkpoint_postgres::sqlx::{self, PgPool};
 
 use crate::common::{as_root, free_port};
 
@@ -306,4 +308,131 @@ async fn closed_within_5s(admin: &checkpoint_postgres::sqlx::PgPool, of: &[i32],
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     false
+}
+
+/// A tmpfs of `size` mounted for a private server's tablespace and handed to `postgres`;
+/// unmounted and removed on drop, which must come after the server stopped (declare it
+/// before the [`PrivatePg`]). Needs root.
+struct SmallDisk {
+    dir: PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Result<Self, String> {
+        let dir = std::env::temp_dir().join(format!("cp-pg-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let disk = Self { dir };
+        run(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&disk.dir))?;
+        run(Command::new("chown")
+            .arg("postgres:postgres")
+            .arg(&disk.dir))?;
+        Ok(disk)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).output();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// `n` bytes that no compressor shrinks much (hex digits of a xorshift sequence).
+fn incompressible(n: usize, seed: u64) -> String {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from_digit((x % 16) as u32, 16).unwrap()
+        })
+        .collect()
+}
+
+/// The disk holding the saver's tables fills up: a put that does not fit fails with a
+/// transient error (as on SQLite) and stores nothing, every acknowledged checkpoint loads
+/// whole, and once space is freed the same put is stored. The tables live in a tablespace
+/// on a 3 MB tmpfs of a private server (mounting needs root; a server whose tablespace
+/// vanishes would fail its checkpoints, so never the shared one).
+#[tokio::test]
+async fn a_full_disk_refuses_puts_transiently_and_keeps_every_stored_one() {
+    if !as_root() {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "this test mounts a small filesystem, which needs root"
+        );
+        eprintln!("SKIPPED: not root");
+        return;
+    }
+    let disk = SmallDisk::mount("3m").unwrap();
+    let Some((pg, saver)) = private_saver().await else {
+        return;
+    };
+    let admin = PgPool::connect(&pg.url()).await.unwrap();
+    let statements = [
+        format!("CREATE TABLESPACE small LOCATION '{}'", disk.dir.display()),
+        "ALTER TABLE checkpoints SET TABLESPACE small".to_owned(),
+        "ALTER TABLE checkpoint_blobs SET TABLESPACE small".to_owned(),
+        "ALTER TABLE checkpoint_writes SET TABLESPACE small".to_owned(),
+        "ALTER INDEX ALL IN TABLESPACE pg_default SET TABLESPACE small".to_owned(),
+        // Space to give back later.
+        "CREATE TABLE filler TABLESPACE small AS
+         SELECT repeat(md5(i::text), 32) AS pad FROM generate_series(1, 600) AS i"
+            .to_owned(),
+    ];
+    for statement in &statements {
+        sqlx::query(statement).execute(&admin).await.unwrap();
+    }
+    let put = |thread: String, seed: u64| {
+        let saver = saver.clone();
+        async move {
+            let (c, v) = checkpoint_conformance::fixtures::step(
+                None,
+                &[(
+                    "doc",
+                    Some(checkpoint_conformance::fixtures::val(serde_json::json!(
+                        incompressible(20_000, seed)
+                    ))),
+                )],
+            );
+            saver
+                .put(
+                    &CheckpointConfig::new(thread),
+                    c,
+                    CheckpointMetadata::new(),
+                    v,
+                    PutOptions::new(),
+                )
+                .await
+        }
+    };
+    let mut stored = Vec::new();
+    let refused = loop {
+        let thread = format!("t{}", stored.len());
+        match put(thread.clone(), stored.len() as u64 + 1).await {
+            Ok(config) => stored.push(config),
+            Err(e) => break (thread, e),
+        }
+        assert!(stored.len() < 1000, "a 3 MB disk held 20 MB of checkpoints");
+    };
+    let (thread, error) = refused;
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert!(error.chain().contains("No space left"), "{}", error.chain());
+    assert!(stored.len() > 10, "only {} puts fitted", stored.len());
+    for config in &stored {
+        let t = saver.get_tuple(config).await.unwrap().expect("stored");
+        assert_eq!(t.checkpoint.channel_values.len(), 1, "{config:?}");
+    }
+    let refused = CheckpointConfig::new(&thread);
+    assert!(saver.get_tuple(&refused).await.unwrap().is_none());
+
+    sqlx::query("DROP TABLE filler")
+        .execute(&admin)
+        .await
+        .unwrap();
+    put(thread, 0).await.unwrap();
+    assert!(saver.get_tuple(&refused).await.unwrap().is_some());
 }
