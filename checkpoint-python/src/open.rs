@@ -114,8 +114,10 @@ pub(crate) enum Admin {
     None,
     /// `RedisSaver.purge()`.
     Redis(RedisSaver),
-    /// `MongoSaver.drop_collections()`.
+    /// `MongoSaver.drop_collections()`, `setup()`.
     Mongo(MongoSaver),
+    /// `PostgresSaver.setup()`.
+    Postgres(PostgresSaver),
 }
 
 impl Admin {
@@ -123,9 +125,20 @@ impl Admin {
     /// (MongoDB); returns the number of keys deleted where the backend counts them.
     pub(crate) async fn destroy(self) -> Result<Option<u64>> {
         match self {
-            Admin::None => Err(Error::Unsupported { op: "destroy" }),
+            Admin::None | Admin::Postgres(_) => Err(Error::Unsupported { op: "destroy" }),
             Admin::Redis(saver) => saver.purge().await.map(Some),
             Admin::Mongo(saver) => saver.drop_collections().await.map(|()| None),
+        }
+    }
+
+    /// Creates what the backend stores into where it is missing (idempotent): PostgreSQL's
+    /// tables and MongoDB's indexes. SQLite migrates its file when it opens it, and the
+    /// in-memory saver and Redis need nothing.
+    pub(crate) async fn setup(self) -> Result<()> {
+        match self {
+            Admin::Postgres(saver) => saver.setup().await,
+            Admin::Mongo(saver) => saver.setup().await,
+            Admin::None | Admin::Redis(_) => Ok(()),
         }
     }
 }
@@ -178,6 +191,7 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
             if options.setup {
                 saver.setup().await?;
             }
+            admin = Admin::Postgres(saver.clone());
             Arc::new(saver)
         }
         Backend::Redis(_) | Backend::RedisCluster(_) => {

@@ -600,6 +600,12 @@ impl NativeSaver {
         Ok(TupleStream::new(stack.list(options), self.recipe.timeout))
     }
 
+    /// Creates the backend's tables or indexes where they are missing (idempotent).
+    fn setup(&self, py: Python<'_>, blocking: bool) -> PyResult<Py<PyAny>> {
+        let admin = self.with_opened(py, |o| o.admin.clone())?;
+        call(py, blocking, admin.setup(), none)
+    }
+
     /// Deletes everything the store holds (Redis: every key under the prefix; MongoDB:
     /// every collection of the configuration); the number of keys deleted or `None`.
     fn destroy(&self, py: Python<'_>, blocking: bool) -> PyResult<Py<PyAny>> {

@@ -229,6 +229,49 @@ async def test_a_run_chooses_compare_and_set_for_its_own_puts(kind, make_store):
     assert _forks(unguarded, "chat") == []
 
 
+# LangGraph's class names for each backend: (synchronous, asynchronous).
+_LANGGRAPH_NAMES = {
+    "sqlite": ("SqliteSaver", "AsyncSqliteSaver"),
+    "postgres": ("PostgresSaver", "AsyncPostgresSaver"),
+    "redis": ("RedisSaver", "AsyncRedisSaver"),
+    "mongodb": ("MongoDBSaver", "AsyncMongoDBSaver"),
+}
+
+
+@pytest.mark.parametrize("kind", PERSISTENT)
+async def test_code_written_for_langgraphs_savers_runs_with_the_import_swapped(
+    kind, make_store, tmp_path
+):
+    """The way LangGraph's documentation opens its savers, with only the import changed:
+    `from_conn_string` as a context manager (`with` and `async with`), `setup()` and
+    `await asetup()`, the `Async...` class names. A graph pauses at its interrupt in one
+    block and is resumed from the other; each block closes its saver."""
+    store = make_store(kind)
+    sync_class, async_class = (getattr(checkpoint_rs, n) for n in _LANGGRAPH_NAMES[kind])
+    options = dict(store.options)
+    if kind == "mongodb":
+        options["db_name"] = options.pop("database")
+    if kind in ("postgres", "mongodb"):
+        # Nothing is created on opening: setup() must do it (PostgreSQL has no tables yet).
+        options["setup"] = False
+    effects = tmp_path / "effects"
+    config = {"configurable": {"thread_id": "portfolio"}}
+
+    with sync_class.from_conn_string(store.target, **options) as checkpointer:
+        checkpointer.setup()
+        graph = review_graph(effects).compile(checkpointer=checkpointer)
+        assert "__interrupt__" in graph.invoke({"request": "rebalance?"}, config)
+    assert checkpointer.closed
+
+    async with async_class.from_conn_string(store.target, **options) as checkpointer:
+        await checkpointer.asetup()
+        graph = review_graph(effects).compile(checkpointer=checkpointer)
+        resumed = await graph.ainvoke(Command(resume="hold"), config)
+        assert resumed["steps"] == ["classify", "present", "act"]
+    assert checkpointer.closed
+    assert effects_of(effects) == ["classify", "present", "act"]
+
+
 class _ClockBehind:
     """LangGraph's id clock on a host whose clock is 30 s behind the one that wrote last."""
 

@@ -12,7 +12,12 @@ from checkpoint_rs.errors import (
     UnsupportedError,
 )
 from checkpoint_rs.saver import (
+    AsyncMongoDBSaver,
+    AsyncPostgresSaver,
+    AsyncRedisSaver,
+    AsyncSqliteSaver,
     InMemorySaver,
+    MongoDBSaver,
     MongoSaver,
     PostgresSaver,
     RedisSaver,
@@ -21,11 +26,16 @@ from checkpoint_rs.saver import (
 )
 
 __all__ = [
+    "AsyncMongoDBSaver",
+    "AsyncPostgresSaver",
+    "AsyncRedisSaver",
+    "AsyncSqliteSaver",
     "CheckpointError",
     "ClosedError",
     "ConflictError",
     "InMemorySaver",
     "InvalidInputError",
+    "MongoDBSaver",
     "MongoSaver",
     "PostgresSaver",
     "RedisSaver",

@@ -249,6 +249,18 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         """Whether :meth:`close` ran."""
         return self._native.closed
 
+    def setup(self) -> None:
+        """Creates the backend's tables (PostgreSQL) or indexes (MongoDB) where they are
+        missing; idempotent, and safe from many processes at once. Opening a saver already
+        does it unless ``setup=False``: this is for code written against LangGraph's
+        savers, which call it, and for savers opened with ``setup=False``. SQLite files,
+        Redis and the in-memory saver need nothing."""
+        self._native.setup(True)
+
+    async def asetup(self) -> None:
+        """Async version of :meth:`setup`."""
+        await self._native.setup(False)
+
     @property
     def sweeper(self) -> dict[str, Any] | None:
         """What the background sweeper (``ttl={"sweep_interval_minutes": ...}``) has done so
@@ -555,6 +567,14 @@ class SqliteSaver(RustCheckpointSaver):
     def __init__(self, path: str, **options: Any) -> None:
         super().__init__(str(path), **options)
 
+    @classmethod
+    def from_conn_string(cls, conn_string: str, **options: Any) -> SqliteSaver:
+        """LangGraph's way to open a saver, for code written against its savers:
+        ``with SqliteSaver.from_conn_string("agent.db") as saver:`` (or ``async with``)
+        opens the file and closes the saver when the block ends. ``options`` are this
+        class's own."""
+        return cls(conn_string, **options)
+
 
 class PostgresSaver(RustCheckpointSaver):
     """PostgreSQL, in LangGraph's own tables (``checkpoints``, ``checkpoint_blobs``,
@@ -572,6 +592,18 @@ class PostgresSaver(RustCheckpointSaver):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
 
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, *, pipeline: bool = False, **options: Any
+    ) -> PostgresSaver:
+        """LangGraph's way to open a saver, for code written against its savers:
+        ``with PostgresSaver.from_conn_string(url) as saver:`` (or ``async with``) connects
+        and closes the saver when the block ends. ``pipeline`` (psycopg's pipeline mode in
+        LangGraph's saver) is accepted and has nothing to do: every call is one round trip
+        already. ``options`` are this class's own."""
+        del pipeline
+        return cls(conn_string, **options)
+
 
 class RedisSaver(RustCheckpointSaver):
     """Plain Redis 7 (no modules), one server (``redis://``, ``rediss://``) or a Cluster
@@ -583,6 +615,14 @@ class RedisSaver(RustCheckpointSaver):
     evicted key leaves threads that load incomplete. ``allow_eviction=True`` accepts it."""
 
     _kind = "redis"
+
+    @classmethod
+    def from_conn_string(cls, redis_url: str, **options: Any) -> RedisSaver:
+        """LangGraph's way to open a saver, for code written against its savers:
+        ``with RedisSaver.from_conn_string("redis://...") as saver:`` (or ``async with``)
+        connects and closes the saver when the block ends. ``options`` are this class's
+        own (``ttl`` takes the keys of LangGraph's)."""
+        return cls(redis_url, **options)
 
     def __init__(self, url: str, **options: Any) -> None:
         scheme, _, rest = url.partition("://")
@@ -617,6 +657,18 @@ class MongoSaver(RustCheckpointSaver):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
 
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, db_name: str = "checkpointing_db", **options: Any
+    ) -> MongoSaver:
+        """LangGraph's way to open a saver, for code written against its
+        ``MongoDBSaver``: ``with MongoSaver.from_conn_string(url, db_name) as saver:`` (or
+        ``async with``) connects and closes the saver when the block ends. The database is
+        ``db_name``, as there (``database=`` wins). The collections are this saver's own,
+        not LangGraph's: ``checkpoint migrate`` copies threads from LangGraph's."""
+        options.setdefault("database", db_name)
+        return cls(conn_string, **options)
+
     def drop_collections(self) -> None:
         """Drops every collection of this configuration (checkpoints, values, writes,
         leases, ledger). For tests and tear-down scripts."""
@@ -625,3 +677,12 @@ class MongoSaver(RustCheckpointSaver):
     async def adrop_collections(self) -> None:
         """Async version of :meth:`drop_collections`."""
         await self._native.destroy(False)
+
+
+# LangGraph's class names, so that swapping the import is all a program written against
+# LangGraph's savers needs: each class here is synchronous and asynchronous at once.
+AsyncSqliteSaver = SqliteSaver
+AsyncPostgresSaver = PostgresSaver
+AsyncRedisSaver = RedisSaver
+MongoDBSaver = MongoSaver
+AsyncMongoDBSaver = MongoSaver
