@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sqlite3
 import sys
 import textwrap
 import threading
@@ -140,6 +141,23 @@ def test_bad_input_gets_typed_errors(tmp_path) -> None:
     assert isinstance(raised.value, ConnectionError)
     # Nothing was stored by any of the rejected calls.
     assert list(saver.list(None)) == []
+    # Not a path (the object's repr once became a file name).
+    with pytest.raises(TypeError, match="path or a sqlite3.Connection"):
+        checkpoint_rs.SqliteSaver(object())
+    with pytest.raises(errors.InvalidInputError, match="in memory"):
+        checkpoint_rs.SqliteSaver(sqlite3.connect(":memory:"))
+
+
+def test_a_sqlite_saver_opens_the_file_of_a_sqlite3_connection(tmp_path) -> None:
+    """LangGraph's SqliteSaver takes a sqlite3 connection; so does this one (the file it
+    is connected to), and the caller's connection stays open and usable."""
+    conn = sqlite3.connect(tmp_path / "agent.db", check_same_thread=False)
+    with checkpoint_rs.SqliteSaver(conn) as saver:
+        saver.put({"configurable": {"thread_id": "t"}}, empty_checkpoint(), {}, {})
+    assert checkpoint_rs.SqliteSaver(tmp_path / "agent.db").get_tuple(
+        {"configurable": {"thread_id": "t"}}
+    )
+    assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_a_redis_server_that_would_evict_threads_is_refused(tmp_path) -> None:

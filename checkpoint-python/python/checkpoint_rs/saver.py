@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, cast
@@ -123,6 +125,25 @@ def _thread_ttl(ttl: timedelta | str) -> tuple[str, float | None]:
     if ttl in ("default", "pinned"):
         return ttl, None
     raise TypeError(f'a thread TTL is a datetime.timedelta, "default" or "pinned"; got {ttl!r}')
+
+
+def _sqlite_path(path: str | os.PathLike[str] | sqlite3.Connection) -> str:
+    """The file a ``SqliteSaver`` opens: a path, or the main database of a connection."""
+    if isinstance(path, sqlite3.Connection):
+        databases = path.execute("PRAGMA database_list").fetchall()
+        file = next((f for _, name, f in databases if name == "main"), "")
+        if not file:
+            raise errors.InvalidInputError(
+                "this sqlite3 connection's database is in memory (or temporary), which "
+                'another connection cannot open: pass a file, or ":memory:" for a private '
+                "in-memory saver"
+            )
+        return file
+    if isinstance(path, (str, os.PathLike)):
+        return os.fspath(path)
+    raise TypeError(
+        f"SqliteSaver takes a path or a sqlite3.Connection; got {type(path).__name__}"
+    )
 
 
 # The ``configurable`` key with which a run chooses compare-and-set for its own puts.
@@ -560,12 +581,18 @@ class InMemorySaver(RustCheckpointSaver):
 
 class SqliteSaver(RustCheckpointSaver):
     """A SQLite database file (created when missing; ``":memory:"`` for a private
-    in-memory database). Several processes may share the file."""
+    in-memory database). Several processes may share the file.
+
+    ``path`` may also be a ``sqlite3.Connection`` to a file, as LangGraph's ``SqliteSaver``
+    takes: the saver opens that file with connections of its own (the one given stays the
+    caller's, open)."""
 
     _kind = "sqlite"
 
-    def __init__(self, path: str, **options: Any) -> None:
-        super().__init__(str(path), **options)
+    def __init__(
+        self, path: str | os.PathLike[str] | sqlite3.Connection, **options: Any
+    ) -> None:
+        super().__init__(_sqlite_path(path), **options)
 
     @classmethod
     def from_conn_string(cls, conn_string: str, **options: Any) -> SqliteSaver:
