@@ -144,6 +144,8 @@ def test_bad_input_gets_typed_errors(tmp_path) -> None:
     # Not a path (the object's repr once became a file name).
     with pytest.raises(TypeError, match="path or a sqlite3.Connection"):
         checkpoint_rs.SqliteSaver(object())
+    with pytest.raises(TypeError, match="PostgresSaver takes a connection URL; got a Conn"):
+        checkpoint_rs.PostgresSaver(type("Connection", (), {})())
     with pytest.raises(errors.InvalidInputError, match="in memory"):
         checkpoint_rs.SqliteSaver(sqlite3.connect(":memory:"))
 

@@ -237,6 +237,12 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         **backend_options: Any,
     ) -> None:
         super().__init__(serde=serde)
+        if not isinstance(target, str):
+            raise TypeError(
+                f"{type(self).__name__} takes a connection URL; got a "
+                f"{type(target).__name__} (where LangGraph's saver takes a driver's "
+                "connection or pool, pass the URL it was opened with)"
+            )
         self._native = NativeSaver(
             self._kind,
             target,
