@@ -102,14 +102,14 @@ pub(crate) async fn setup(i: &Inner) -> Result<()> {
 /// The stored layout this build writes and reads (documents, fields, indexes). A version
 /// that stores anything differently writes a greater number, so that builds before it
 /// refuse the collections instead of misreading them.
-pub(crate) const LAYOUT: i64 = 1;
+const LAYOUT: i64 = 1;
 
 /// The `_id` of the layout document.
 const LAYOUT_ID: &str = "layout";
 
 /// Refuses collections whose layout document names a layout this build does not know
 /// (absent: not set up yet, or set up before the document existed, which is layout 1).
-pub(crate) async fn check_layout(i: &Inner) -> Result<()> {
+async fn check_layout(i: &Inner) -> Result<()> {
     let found = i
         .layout
         .find_one(doc! { "_id": LAYOUT_ID })

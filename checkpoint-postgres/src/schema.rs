@@ -32,13 +32,18 @@ pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
         let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quoted_schema(schema));
         sqlx::query(&create).execute(tx.conn()).await?;
     }
-    for (steps, version, record) in [
-        (LANGGRAPH, sql::LANGGRAPH_VERSION, sql::LANGGRAPH_RECORD),
-        (OWN, sql::OWN_VERSION, sql::OWN_RECORD),
+    for (steps, version, record, ours) in [
+        (
+            LANGGRAPH,
+            sql::LANGGRAPH_VERSION,
+            sql::LANGGRAPH_RECORD,
+            false,
+        ),
+        (OWN, sql::OWN_VERSION, sql::OWN_RECORD, true),
     ] {
         sqlx::Executor::execute(tx.conn(), steps[0]).await?;
         let applied: Option<i32> = sqlx::query_scalar(version).fetch_one(tx.conn()).await?;
-        if version == sql::OWN_VERSION {
+        if ours {
             // Rolled back on drop: nothing is changed in a schema from the future.
             check_own_version(applied)?;
         }
