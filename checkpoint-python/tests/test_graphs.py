@@ -272,6 +272,14 @@ async def test_code_written_for_langgraphs_savers_runs_with_the_import_swapped(
     assert effects_of(effects) == ["classify", "present", "act"]
 
 
+def test_langgraphs_in_memory_saver_name_works_with_the_import_swapped(tmp_path):
+    """`MemorySaver`, the name most LangGraph examples import, is the in-memory saver."""
+    graph = review_graph(tmp_path / "effects").compile(checkpointer=checkpoint_rs.MemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"request": "rebalance?"}, config)
+    assert graph.invoke(Command(resume="hold"), config)["steps"][-1] == "act"
+
+
 class _ClockBehind:
     """LangGraph's id clock on a host whose clock is 30 s behind the one that wrote last."""
 

@@ -714,6 +714,7 @@ class MongoSaver(RustCheckpointSaver):
 
 # LangGraph's class names, so that swapping the import is all a program written against
 # LangGraph's savers needs: each class here is synchronous and asynchronous at once.
+MemorySaver = InMemorySaver
 AsyncSqliteSaver = SqliteSaver
 AsyncPostgresSaver = PostgresSaver
 AsyncRedisSaver = RedisSaver
