@@ -176,11 +176,13 @@ async def test_concurrent_invocations_cannot_fork_with_compare_and_set(kind, mak
 
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_a_run_chooses_compare_and_set_for_its_own_puts(kind, make_store):
-    """Time travel on a guarded saver. A run that replays from an older checkpoint, or an
-    update_state on one, forks the thread: its first put names a parent that is no longer
-    the head, which compare-and-set refuses like a racing writer's. A run that means to
-    fork says so (`compare_and_set: False` in its configurable); every other run stays
-    guarded. The other way round, an unguarded saver guards the runs that ask for it."""
+    """Time travel on a guarded saver. An update_state on an older checkpoint forks the
+    thread: its put names a parent that is no longer the head, which compare-and-set
+    refuses like a racing writer's. A run that means to fork says so (`compare_and_set:
+    False` in its configurable). Branches LangGraph itself starts with a checkpoint it marks
+    `source: "fork"` (a replay from an older checkpoint, a `__copy__`) are deliberate and
+    stored without. Every other run stays guarded; and an unguarded saver guards the runs
+    that ask for it."""
     saver = make_store(kind).saver(compare_and_set=True)
     graph = slow_graph(delay=0.3).compile(checkpointer=saver)
     config = {"configurable": {"thread_id": "chat"}}
@@ -189,24 +191,31 @@ async def test_a_run_chooses_compare_and_set_for_its_own_puts(kind, make_store):
     stored = len(list(saver.list(config)))
 
     with pytest.raises(ConflictError):
-        await graph.ainvoke(None, before_work.config)
+        await graph.aupdate_state(before_work.config, {"log": ["edited"]})
     forking = {"configurable": {**before_work.config["configurable"], "compare_and_set": False}}
     garbled = {"configurable": {**forking["configurable"], "compare_and_set": "no"}}
     with pytest.raises(checkpoint_rs.InvalidInputError, match="compare_and_set"):
         await graph.ainvoke(None, garbled)
-    assert len(list(saver.list(config))) == stored, "a refused run wrote checkpoints"
+    assert len(list(saver.list(config))) == stored, "a refused call wrote checkpoints"
 
-    # The replay forks from `before_work` and its branch becomes the thread's head.
-    assert (await graph.ainvoke(None, forking))["log"] == ["message 1", "work"]
+    # With the key, the edit forks from `before_work` and becomes the thread's head.
+    edited = await graph.aupdate_state(forking, {"log": ["edited"]})
     assert _forks(saver, "chat") == [before_work.config["configurable"]["checkpoint_id"]]
     head = saver.get_tuple(config)
+    assert head.config["configurable"]["checkpoint_id"] == edited["configurable"]["checkpoint_id"]
     assert "compare_and_set" not in head.metadata
-    # So does an edit of the old checkpoint.
-    edited = await graph.aupdate_state(forking, {"log": ["edited"]})
-    assert (await graph.aget_state(config)).config["configurable"]["checkpoint_id"] == (
-        edited["configurable"]["checkpoint_id"]
-    )
     assert (await graph.ainvoke(None, config))["log"] == ["message 1", "edited", "work"]
+
+    # A replay from the old checkpoint, without the key: LangGraph's fork checkpoint starts
+    # the branch, the rest of the run continues it.
+    assert (await graph.ainvoke(None, before_work.config))["log"] == ["message 1", "work"]
+    replayed = saver.get_tuple(config)
+    assert replayed.parent_config is not None
+    fork = saver.get_tuple(replayed.parent_config)
+    assert fork.metadata["source"] == "fork"
+    assert fork.parent_config["configurable"]["checkpoint_id"] == (
+        before_work.config["configurable"]["checkpoint_id"]
+    )
 
     # Runs that do not say otherwise are still guarded against each other.
     results = await asyncio.gather(
@@ -215,6 +224,13 @@ async def test_a_run_chooses_compare_and_set_for_its_own_puts(kind, make_store):
         return_exceptions=True,
     )
     assert sorted(type(r).__name__ for r in results) == ["ConflictError", "dict"], results
+
+    # A copy of a checkpoint (which could not carry the key: LangGraph puts it with the
+    # saved checkpoint's own address) is a fork too.
+    copied = await graph.aupdate_state(before_work.config, None, as_node="__copy__")
+    head = saver.get_tuple(config)
+    assert head.config["configurable"]["checkpoint_id"] == copied["configurable"]["checkpoint_id"]
+    assert head.metadata["source"] == "fork"
 
     # An unguarded saver guards the runs that ask for it.
     unguarded = make_store(kind).saver()

@@ -150,9 +150,14 @@ def _sqlite_path(path: str | os.PathLike[str] | sqlite3.Connection) -> str:
 _RUN_COMPARE_AND_SET = "compare_and_set"
 
 
-def _run_compare_and_set(config: RunnableConfig) -> bool | None:
-    """The run's choice of compare-and-set (``None``: the saver's)."""
+def _run_compare_and_set(config: RunnableConfig, metadata: CheckpointMetadata) -> bool | None:
+    """The run's choice of compare-and-set (``None``: the saver's). A checkpoint LangGraph
+    marks ``source: "fork"`` starts a deliberate branch (``update_state(...,
+    as_node="__copy__")``, a resume addressed at an older checkpoint): no racing writer
+    makes one, and its parent is not the head by design, so it is stored without."""
     value = config["configurable"].get(_RUN_COMPARE_AND_SET)
+    if value is None and metadata.get("source") == "fork":
+        return False
     if value is None or isinstance(value, bool):
         return value
     raise errors.InvalidInputError(
@@ -198,6 +203,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       chooses for its own puts with ``"compare_and_set": True`` or ``False`` in its
       ``configurable``; time travel (replaying from, or updating, an older checkpoint forks
       the thread) needs ``False``, as compare-and-set refuses a parent that is not the head.
+      Checkpoints LangGraph itself marks as forks (``source: "fork"``) are stored without.
     * ``sanitize_on_load``, ``pending_markers``, ``skip_unsafe_put``, ``idempotent``: the
       wrappers of checkpoint-sanitize (repair orphan tool calls when a thread is loaded,
       mark tool calls in flight, refuse puts that would store an invalid message history,
@@ -362,7 +368,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
             stored,
             _metadata_json(config, metadata),
             new_versions,
-            _run_compare_and_set(config),
+            _run_compare_and_set(config, metadata),
         )
 
     def _writes_args(
