@@ -275,6 +275,15 @@ async def test_code_written_for_langgraphs_savers_runs_with_the_import_swapped(
 
     with sync_class.from_conn_string(store.target, **options) as checkpointer:
         checkpointer.setup()
+        if kind == "mongodb":
+            # Works without indexes too: check setup() made them (and recorded the layout).
+            import pymongo
+
+            with pymongo.MongoClient(store.target) as client:
+                db = client[options["db_name"]]
+                prefix = options["collection_prefix"]
+                assert "thread_ns_id" in db[f"{prefix}checkpoints"].index_information()
+                assert db[f"{prefix}checkpoint_layout"].find_one({"_id": "layout"})["v"] == 1
         graph = review_graph(effects).compile(checkpointer=checkpointer)
         assert "__interrupt__" in graph.invoke({"request": "rebalance?"}, config)
     assert checkpointer.closed

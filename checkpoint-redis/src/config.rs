@@ -236,15 +236,14 @@ impl RedisSaverBuilder {
             }
         };
         link.preload().await.map_err(Error::from)?;
-        let ping = redis::cmd("PING");
-        link.command(&ping).await.map_err(Error::from)?;
+        // Reading the layout is also the check that the server answers.
+        let layout = Layout::new(&self.prefix);
+        check_layout(&link, &layout.layout_key()).await?;
         let ttl_evictable = if self.allow_eviction {
             None
         } else {
             check_eviction(&link, self.default_ttl.is_some()).await?
         };
-        let layout = Layout::new(&self.prefix);
-        check_layout(&link, &layout.layout_key()).await?;
         Ok(Inner {
             link,
             ttl_evictable,
@@ -260,7 +259,7 @@ impl RedisSaverBuilder {
 /// The stored layout this build writes and reads: the keys of a thread, their fields and
 /// records, the global index. A version that stores anything differently writes a greater
 /// number, so that builds before it refuse the prefix instead of misreading it.
-pub(crate) const LAYOUT: i64 = 1;
+const LAYOUT: i64 = 1;
 
 /// Refuses a prefix whose layout key names a layout this build does not know, and marks an
 /// unmarked prefix with [`LAYOUT`] (keys written before the marker existed are layout 1).
