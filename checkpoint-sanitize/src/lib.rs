@@ -11,8 +11,8 @@ mod stack;
 mod util;
 
 pub use idempotent::{
-    EffectContext, EffectKey, Idempotent, IdempotentConfig, IdempotentLayer, Once, OnceError,
-    Origin, ThreadGuard,
+    Begun, EffectContext, EffectKey, Idempotent, IdempotentConfig, IdempotentLayer, Once,
+    OnceError, Origin, ThreadGuard,
 };
 pub use pending_markers::{
     CallState, Decision, NonIdempotentAction, Outstanding, OutstandingCall, PendingMarkers,

@@ -135,6 +135,17 @@ pub struct Once<T> {
     pub origin: Origin,
 }
 
+/// What [`Idempotent::begin`] found for a key.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Begun {
+    /// The caller holds the key: run the effect, then [`Idempotent::finish`] (or, if it
+    /// failed, [`Idempotent::abandon`]) with this context.
+    Run(EffectContext),
+    /// The effect already ran; this is the outcome it recorded. Do not run it again.
+    Replay(TypedValue),
+}
+
 /// Why [`Idempotent::once`] returned no outcome.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -150,6 +161,17 @@ pub enum OnceError<E> {
         /// When the other claim expires.
         retry_in: Duration,
     },
+}
+
+impl OnceError<std::convert::Infallible> {
+    /// The same error as a `OnceError<E>` of any effect error `E`.
+    pub fn widen<E>(self) -> OnceError<E> {
+        match self {
+            OnceError::Effect(never) => match never {},
+            OnceError::Saver(e) => OnceError::Saver(e),
+            OnceError::Busy { key, retry_in } => OnceError::Busy { key, retry_in },
+        }
+    }
 }
 
 impl<E: fmt::Display> fmt::Display for OnceError<E> {
@@ -278,6 +300,9 @@ impl<S: Saver> Idempotent<S> {
     ///
     /// The outcome `T` is stored in the ledger (msgpack); to make a permanent failure final
     /// rather than retried, return it as part of `T` (e.g. `T = Result<Sent, Rejected>`).
+    /// Built on [`begin`](Self::begin), [`finish`](Self::finish) and
+    /// [`abandon`](Self::abandon), which a caller whose effect cannot be a Rust future (a
+    /// language binding) uses directly.
     pub async fn once<T, E, F, Fut>(
         &self,
         key: &EffectKey,
@@ -289,6 +314,43 @@ impl<S: Saver> Idempotent<S> {
         Fut: Future<Output = std::result::Result<T, E>> + Send,
         E: Send,
     {
+        let context = match self.begin(key).await.map_err(OnceError::widen)? {
+            Begun::Replay(outcome) => {
+                let value = outcome.decode().map_err(OnceError::Saver)?;
+                return Ok(Once {
+                    value,
+                    origin: Origin::Replayed,
+                });
+            }
+            Begun::Run(context) => context,
+        };
+        match effect(context.clone()).await {
+            Ok(value) => {
+                let origin = match TypedValue::msgpack(&value) {
+                    Ok(outcome) => self.finish(&context, outcome).await,
+                    Err(e) => {
+                        tracing::warn!(key = %context.key, error = %e, "the effect's outcome cannot be encoded; it is not recorded");
+                        Origin::RanUnrecorded
+                    }
+                };
+                Ok(Once { value, origin })
+            }
+            Err(e) => {
+                self.abandon(&context).await;
+                Err(OnceError::Effect(e))
+            }
+        }
+    }
+
+    /// The first half of [`once`](Self::once): claims `key` in the ledger, waiting up to
+    /// [`IdempotentConfig::pending_wait`] while another holder's claim is live.
+    /// [`Begun::Run`]: the caller now holds the key; it runs the effect, then calls
+    /// [`finish`](Self::finish) with the outcome or, if the effect failed,
+    /// [`abandon`](Self::abandon). [`Begun::Replay`]: the effect already ran; do not run it.
+    pub async fn begin(
+        &self,
+        key: &EffectKey,
+    ) -> std::result::Result<Begun, OnceError<std::convert::Infallible>> {
         let ledger_key = self.ledger_key(key);
         let deadline = Instant::now() + self.config.pending_wait;
         loop {
@@ -298,13 +360,7 @@ impl<S: Saver> Idempotent<S> {
                 .await
                 .map_err(OnceError::Saver)?;
             match claim {
-                Claim::Completed { outcome } => {
-                    let value = outcome.decode().map_err(OnceError::Saver)?;
-                    return Ok(Once {
-                        value,
-                        origin: Origin::Replayed,
-                    });
-                }
+                Claim::Completed { outcome } => return Ok(Begun::Replay(outcome)),
                 Claim::Pending { expires_in } => {
                     let now = Instant::now();
                     if now >= deadline {
@@ -321,45 +377,23 @@ impl<S: Saver> Idempotent<S> {
                     tokio::time::sleep(nap).await;
                 }
                 Claim::Acquired { token } => {
-                    let context = EffectContext {
-                        key: ledger_key.clone(),
+                    return Ok(Begun::Run(EffectContext {
+                        key: ledger_key,
                         token,
-                    };
-                    return match effect(context).await {
-                        Ok(value) => Ok(self.record(&ledger_key, token, value).await),
-                        Err(e) => {
-                            if let Err(err) = self.inner.abandon_claim(&ledger_key, token).await {
-                                tracing::warn!(key = %ledger_key, error = %err, "abandoning a claim failed; it will expire");
-                            }
-                            Err(OnceError::Effect(e))
-                        }
-                    };
+                    }));
                 }
             }
         }
     }
 
-    /// Records the outcome of an effect that ran (retrying transient ledger failures).
-    async fn record<T: Serialize>(&self, key: &str, token: u64, value: T) -> Once<T> {
-        let unrecorded = |value: T| Once {
-            value,
-            origin: Origin::RanUnrecorded,
-        };
-        let outcome = match TypedValue::msgpack(&value) {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::warn!(key, error = %e, "the effect's outcome cannot be encoded; it is not recorded");
-                return unrecorded(value);
-            }
-        };
+    /// Records `outcome` of the effect run under `context` (retrying transient ledger
+    /// failures): [`Origin::Ran`], or [`Origin::RanUnrecorded`] when the claim was lost or
+    /// the ledger kept failing (logged; another caller may run the effect again).
+    pub async fn finish(&self, context: &EffectContext, outcome: TypedValue) -> Origin {
+        let (key, token) = (context.key.as_str(), context.token);
         for attempt in 0..3u32 {
             match self.inner.complete_claim(key, token, outcome.clone()).await {
-                Ok(()) => {
-                    return Once {
-                        value,
-                        origin: Origin::Ran,
-                    };
-                }
+                Ok(()) => return Origin::Ran,
                 Err(e) if e.is_transient() && attempt < 2 => {
                     tokio::time::sleep(self.config.poll_interval * (attempt + 1)).await;
                 }
@@ -370,11 +404,19 @@ impl<S: Saver> Idempotent<S> {
                         error = %e,
                         "the effect ran but its outcome could not be recorded; it may run again"
                     );
-                    return unrecorded(value);
+                    return Origin::RanUnrecorded;
                 }
             }
         }
-        unrecorded(value)
+        Origin::RanUnrecorded
+    }
+
+    /// Gives up the claim of an effect that failed, so a retry runs it at once (a failure to
+    /// do so is logged: the claim then expires after [`IdempotentConfig::claim_ttl`]).
+    pub async fn abandon(&self, context: &EffectContext) {
+        if let Err(err) = self.inner.abandon_claim(&context.key, context.token).await {
+            tracing::warn!(key = %context.key, error = %err, "abandoning a claim failed; it will expire");
+        }
     }
 
     /// [`once`](Self::once) with the key derived from the checkpoint `config` addresses, the

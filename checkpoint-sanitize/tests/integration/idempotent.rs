@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use checkpoint_core::{
     Checkpoint, CheckpointConfig, CheckpointMetadata, Claim, Error, InMemorySaver, PutOptions,
-    Saver,
+    Saver, TypedValue,
 };
-use checkpoint_sanitize::{EffectKey, Idempotent, IdempotentConfig, OnceError, Origin};
+use checkpoint_sanitize::{Begun, EffectKey, Idempotent, IdempotentConfig, OnceError, Origin};
 
 fn fast() -> IdempotentConfig {
     IdempotentConfig::default().poll_interval(Duration::from_millis(5))
@@ -46,6 +46,47 @@ async fn a_completed_effect_is_replayed_and_a_failed_one_runs_again() {
         .unwrap();
     assert_eq!((replayed.value, replayed.origin), (42, Origin::Replayed));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// The protocol split at the effect, as a language binding runs it around an effect in its
+/// own runtime: `begin`, then `finish` or `abandon`; `once` and it share one ledger record.
+#[tokio::test]
+async fn begin_finish_and_abandon_are_the_protocol_of_once() {
+    let idem = Idempotent::new(
+        InMemorySaver::new(),
+        fast().pending_wait(Duration::from_millis(30)),
+    );
+    let key = EffectKey::new("email:case-9").unwrap();
+    let Ok(Begun::Run(first)) = idem.begin(&key).await else {
+        panic!("a fresh key is run")
+    };
+    assert_eq!(first.key, idem.ledger_key(&key));
+    // While the first holder runs the effect, another caller waits, then is told it is busy.
+    let busy = idem.begin(&key).await;
+    assert!(matches!(busy, Err(OnceError::Busy { .. })), "{busy:?}");
+    // The effect failed: the claim is given up, and the next caller runs it, fenced anew.
+    idem.abandon(&first).await;
+    let Ok(Begun::Run(second)) = idem.begin(&key).await else {
+        panic!("an abandoned claim is retaken at once")
+    };
+    assert!(second.token > first.token);
+    let outcome = TypedValue::msgpack(&"msg-1").unwrap();
+    assert_eq!(idem.finish(&second, outcome.clone()).await, Origin::Ran);
+    // A finish for the claim given up is refused: it cannot overwrite the outcome.
+    assert_eq!(
+        idem.finish(&first, TypedValue::msgpack(&"late").unwrap())
+            .await,
+        Origin::RanUnrecorded
+    );
+    assert!(matches!(idem.begin(&key).await, Ok(Begun::Replay(o)) if o == outcome));
+    let replayed = idem
+        .once(&key, |_| async { Ok::<_, String>("again".to_owned()) })
+        .await
+        .unwrap();
+    assert_eq!(
+        (replayed.value.as_str(), replayed.origin),
+        ("msg-1", Origin::Replayed)
+    );
 }
 
 #[tokio::test]
