@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkpoint_core::{Error, InMemorySaver, Result, Saver};
+use checkpoint_core::{Error, InMemorySaver, Result, Saver, Timeout};
 use checkpoint_mongo::mongodb::options::WriteConcern;
 use checkpoint_mongo::{MongoConfig, MongoSaver, TransactionMode};
 use checkpoint_postgres::PostgresSaver;
@@ -13,6 +13,8 @@ use checkpoint_sanitize::{
     SanitizeOnLoad, SkipUnsafePut, SkipUnsafePutConfig,
 };
 use checkpoint_sqlite::{SqliteSaver, SqliteSaverBuilder};
+
+use crate::effects::Effects;
 
 /// Which backend, and where.
 #[derive(Clone, Debug)]
@@ -60,12 +62,13 @@ pub(crate) struct Options {
 
 /// Which wrappers of `checkpoint-sanitize` to put around the backend (outermost first:
 /// sanitize-on-load, pending markers, skip-unsafe-put, idempotent — the canonical order).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Wrappers {
     pub(crate) sanitize_on_load: bool,
     pub(crate) pending_markers: bool,
     pub(crate) skip_unsafe_put: bool,
-    pub(crate) idempotent: bool,
+    /// The `Idempotent` wrapper, with its settings.
+    pub(crate) idempotent: Option<IdempotentConfig>,
 }
 
 fn invalid(reason: String) -> Error {
@@ -277,11 +280,26 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
     Ok((saver, admin))
 }
 
-/// Puts the chosen wrappers around `saver`, in the canonical order.
-pub(crate) fn wrap(saver: Arc<dyn Saver>, wrappers: Wrappers) -> Arc<dyn Saver> {
+/// Puts the chosen wrappers around `saver`, in the canonical order, and returns the
+/// `Idempotent` one too when chosen, for `once` and `lock_thread` (clones share their locks
+/// and leases, so the stack's puts carry the fences of the guards it hands out). That
+/// wrapper's own ledger and lease calls go to the backend behind `timeout`, when given, so
+/// they are bounded like every call of the saver.
+pub(crate) fn wrap(
+    saver: Arc<dyn Saver>,
+    wrappers: &Wrappers,
+    timeout: Option<Duration>,
+) -> (Arc<dyn Saver>, Option<Effects>) {
     let mut saver = saver;
-    if wrappers.idempotent {
-        saver = Arc::new(Idempotent::new(saver, IdempotentConfig::default()));
+    let mut effects = None;
+    if let Some(config) = &wrappers.idempotent {
+        let inner: Arc<dyn Saver> = match timeout {
+            Some(limit) => Arc::new(Timeout::new(Arc::clone(&saver), limit)),
+            None => saver,
+        };
+        let wrapper = Idempotent::new(inner, config.clone());
+        saver = Arc::new(wrapper.clone());
+        effects = Some(Arc::new(wrapper));
     }
     if wrappers.skip_unsafe_put {
         saver = Arc::new(SkipUnsafePut::new(saver, SkipUnsafePutConfig::default()));
@@ -292,5 +310,5 @@ pub(crate) fn wrap(saver: Arc<dyn Saver>, wrappers: Wrappers) -> Arc<dyn Saver> 
     if wrappers.sanitize_on_load {
         saver = Arc::new(SanitizeOnLoad::new(saver, SanitizeConfig::default()));
     }
-    saver
+    (saver, effects)
 }

@@ -2,6 +2,7 @@
 //! blocking (the GIL released while Rust works) or as an asyncio awaitable (a tokio future
 //! bridged to the running event loop, which it never blocks).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use pyo3::types::{PyDict, PyList};
 use tokio::task::JoinHandle;
 
 use crate::convert;
+use crate::effects::{self, Effects};
 use crate::errors::{IntoPyResult, closed, left_by_fork, to_py};
 use crate::open::{self, Admin, Backend, Options, Wrappers};
 use crate::runtime::{block_on, future_into_py, process_id, runtime};
@@ -108,6 +110,8 @@ struct Opened {
     inner: Arc<dyn Saver>,
     /// The backend and its wrappers.
     stack: Arc<dyn Saver>,
+    /// The `Idempotent` wrapper of `stack`, when chosen (`once`, `lock_thread`).
+    effects: Option<Effects>,
     admin: Admin,
     /// The background sweeper of expired threads, when asked for; stops with the saver.
     sweeper: Option<JoinHandle<()>>,
@@ -130,7 +134,8 @@ impl Opened {
     ) -> PyResult<Self> {
         let (backend, options) = (recipe.backend.clone(), recipe.options.clone());
         let (saver, admin) = block_on(py, open::open(backend, options))?.py()?;
-        Self::around(recipe, open::wrap(saver, recipe.wrappers), admin, sweeper)
+        let (stack, effects) = open::wrap(saver, &recipe.wrappers, recipe.timeout);
+        Self::around(recipe, stack, effects, admin, sweeper)
     }
 
     /// The calls' saver (`stack` behind the `timeout` option) and the sweeper, in this
@@ -138,6 +143,7 @@ impl Opened {
     fn around(
         recipe: &Recipe,
         stack: Arc<dyn Saver>,
+        effects: Option<Effects>,
         admin: Admin,
         sweeper: Option<&Arc<SweeperStatus>>,
     ) -> PyResult<Self> {
@@ -165,6 +171,7 @@ impl Opened {
             pid: process_id(),
             inner,
             stack,
+            effects,
             admin,
             sweeper,
         })
@@ -237,11 +244,13 @@ impl NativeSaver {
             }
             Backend::Memory => {
                 let inherited = match &*self.state() {
-                    State::Open(o) => Some((Arc::clone(&o.stack), o.admin.clone())),
+                    State::Open(o) => {
+                        Some((Arc::clone(&o.stack), o.effects.clone(), o.admin.clone()))
+                    }
                     _ => None,
                 };
-                let (stack, admin) = inherited.ok_or_else(closed)?;
-                Opened::around(&self.recipe, stack, admin, self.sweeper.as_ref())
+                let (stack, effects, admin) = inherited.ok_or_else(closed)?;
+                Opened::around(&self.recipe, stack, effects, admin, self.sweeper.as_ref())
             }
             _ => {
                 let recipe = Recipe {
@@ -259,6 +268,12 @@ impl NativeSaver {
     /// The saver.
     fn saver(&self, py: Python<'_>) -> PyResult<Arc<dyn Saver>> {
         self.with_opened(py, |o| Arc::clone(&o.inner))
+    }
+
+    /// The `Idempotent` wrapper, or `UnsupportedError` for `op` on a saver opened without it.
+    fn effects(&self, py: Python<'_>, op: &'static str) -> PyResult<Effects> {
+        self.with_opened(py, |o| o.effects.clone())?
+            .ok_or_else(|| effects::not_enabled(op))
     }
 
     /// [`call`] with an operation on the saver.
@@ -298,7 +313,7 @@ impl NativeSaver {
         allow_eviction=None, setup=true,
         default_ttl_minutes=None, refresh_on_read=None, sweep_interval_minutes=None,
         timeout_seconds=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
-        compare_and_set=false
+        idempotent_settings=None, compare_and_set=false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -323,6 +338,7 @@ impl NativeSaver {
         pending_markers: bool,
         skip_unsafe_put: bool,
         idempotent: bool,
+        idempotent_settings: Option<HashMap<String, f64>>,
         compare_and_set: bool,
     ) -> PyResult<Self> {
         let backend = match kind {
@@ -367,7 +383,15 @@ impl NativeSaver {
                 sanitize_on_load,
                 pending_markers,
                 skip_unsafe_put,
-                idempotent,
+                idempotent: match (idempotent, idempotent_settings) {
+                    (true, settings) => Some(effects::config(settings)?),
+                    (false, None) => None,
+                    (false, Some(_)) => {
+                        return Err(to_py(Error::invalid(
+                            "idempotent settings given without idempotent=True",
+                        )));
+                    }
+                },
             },
             options,
         };
@@ -753,6 +777,57 @@ impl NativeSaver {
             move |saver| async move { saver.sweep_expired(limit).await },
             |py, n| Ok(n.into_pyobject(py)?.into_any().unbind()),
         )
+    }
+
+    /// Claims the idempotency-ledger `key` (`Idempotent::begin`): `("run", ledger_key,
+    /// token)`, or `("replay", type, bytes)` with the recorded outcome.
+    fn once_begin(&self, py: Python<'_>, key: String, blocking: bool) -> PyResult<Py<PyAny>> {
+        effects::begin(
+            py,
+            self.effects(py, "once (open the saver with idempotent=True)")?,
+            key,
+            blocking,
+        )
+    }
+
+    /// Records the outcome of the effect run under `(ledger_key, token)`: `"ran"`, or
+    /// `"ran_unrecorded"` when the claim was lost or the ledger kept failing.
+    #[pyo3(signature = (ledger_key, token, type_tag, data, blocking))]
+    fn once_finish(
+        &self,
+        py: Python<'_>,
+        ledger_key: String,
+        token: u64,
+        type_tag: String,
+        data: Vec<u8>,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let effects = self.effects(py, "once (open the saver with idempotent=True)")?;
+        effects::finish(py, effects, (ledger_key, token), (type_tag, data), blocking)
+    }
+
+    /// Gives up the claim `(ledger_key, token)` of an effect that failed.
+    fn once_abandon(
+        &self,
+        py: Python<'_>,
+        ledger_key: String,
+        token: u64,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let effects = self.effects(py, "once (open the saver with idempotent=True)")?;
+        effects::abandon(py, effects, (ledger_key, token), blocking)
+    }
+
+    /// Waits for exclusive access to `thread_id`: a `NativeThreadGuard` (or an awaitable of
+    /// one).
+    fn lock_thread(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        blocking: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let effects = self.effects(py, "lock_thread (open the saver with idempotent=True)")?;
+        effects::lock_thread(py, effects, thread_id, blocking)
     }
 
     /// The delta history of `channels` at a checkpoint:

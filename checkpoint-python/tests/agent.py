@@ -3,8 +3,11 @@ a node hangs), announcing progress on stdout; the test kills it with SIGKILL.
 
 Usage: python agent.py STORE_SPEC GRAPH THREAD_ID EFFECTS_FILE [HANG_IN]
 
-GRAPH: `review` (runs until its interrupt) or `tools` (a refund request to the
-tool-calling agent).
+GRAPH: `review` (runs until its interrupt), `tools` (a refund request to the
+tool-calling agent), `case` (the case graph, emailing directly), `case-once` (emailing
+through `saver.once`) or `case-locked` (the case graph under `saver.lock_thread`, its
+`draft` waiting until the file EFFECTS_FILE.go exists; prints the fence and how the run
+ended).
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+from checkpoint_rs import StaleFenceError
 from conftest import open_spec
 from langchain_core.messages import HumanMessage
 
-from graphs import record, review_graph, tool_agent_graph
+from graphs import case_graph, record, review_graph, tool_agent_graph
 
 
 def main() -> None:
@@ -24,6 +28,24 @@ def main() -> None:
     hang_in = sys.argv[5] if len(sys.argv) > 5 else None
     saver = open_spec(spec)
     config = {"configurable": {"thread_id": thread_id}}
+    if which in ("case", "case-once"):
+        once = saver if which == "case-once" else None
+        graph = case_graph(effects, once, hang_in=hang_in).compile(checkpointer=saver)
+        graph.invoke({"case": thread_id, "steps": []}, config, durability="sync")
+        print("DONE", flush=True)
+        return
+    if which == "case-locked":
+        graph = case_graph(effects, saver, wait_for=Path(f"{effects}.go"))
+        graph = graph.compile(checkpointer=saver)
+        with saver.lock_thread(thread_id) as lock:
+            print(f"LOCKED {lock.fence}", flush=True)
+            try:
+                graph.invoke({"case": thread_id, "steps": []}, config, durability="sync")
+            except StaleFenceError as e:
+                print(f"STALE lost={lock.lost} {e}", flush=True)
+                return
+        print("DONE", flush=True)
+        return
     if which == "tools":
         graph = tool_agent_graph(effects, hang_in=hang_in).compile(checkpointer=saver)
         request = {"messages": [HumanMessage(content="Please refund order 1001")]}

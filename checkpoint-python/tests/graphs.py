@@ -242,3 +242,59 @@ def team_graph(effects: Path):
     builder.add_edge("hr", "it")
     builder.add_edge("it", END)
     return builder
+
+
+# -- side effects once, one run per case (seed 002) ------------------------------------------
+
+
+class CaseState(TypedDict, total=False):
+    case: str
+    draft: str
+    sent: str
+    steps: Annotated[list[str], operator.add]
+
+
+def case_graph(effects: Path, saver=None, hang_in: str | None = None, wait_for: Path | None = None):
+    """draft -> send_email -> close: a case-management agent that emails the customer.
+
+    `saver`: send the email through `saver.once` keyed by the task (else directly, as a
+    plain node does). `hang_in="send_email"`: announce and hang right after the email went
+    out, before the node returns (a crash there is what makes LangGraph run it again).
+    `wait_for`: `draft` announces itself and waits until that file exists."""
+
+    def draft(state: CaseState) -> CaseState:
+        record(effects, "draft")
+        if wait_for is not None:
+            import time
+
+            print("DRAFTING", flush=True)
+            while not wait_for.exists():
+                time.sleep(0.05)
+        return {"draft": f"Your case {state['case']} is resolved.", "steps": ["draft"]}
+
+    def send_email(state: CaseState, config) -> CaseState:
+        def send() -> str:
+            record(effects, "email")
+            return f"msg-{len(effects_of(effects))}"
+
+        if saver is None:
+            sent = send()
+        else:
+            sent = saver.once(saver.effect_key(config, "send_email"), send)
+        if hang_in == "send_email":
+            hang("send_email")
+        return {"sent": sent, "steps": ["send_email"]}
+
+    def close(state: CaseState) -> CaseState:
+        record(effects, "close")
+        return {"steps": ["close"]}
+
+    builder = StateGraph(CaseState)
+    builder.add_node("draft", draft)
+    builder.add_node("send_email", send_email)
+    builder.add_node("close", close)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "send_email")
+    builder.add_edge("send_email", "close")
+    builder.add_edge("close", END)
+    return builder

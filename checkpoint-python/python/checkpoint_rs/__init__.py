@@ -8,6 +8,7 @@ from checkpoint_rs.errors import (
     ClosedError,
     ConflictError,
     InvalidInputError,
+    StaleFenceError,
     UnavailableError,
     UnsupportedError,
 )
@@ -24,6 +25,7 @@ from checkpoint_rs.saver import (
     RedisSaver,
     RustCheckpointSaver,
     SqliteSaver,
+    ThreadLock,
 )
 
 __all__ = [
@@ -42,7 +44,9 @@ __all__ = [
     "PostgresSaver",
     "RedisSaver",
     "RustCheckpointSaver",
+    "StaleFenceError",
     "SqliteSaver",
+    "ThreadLock",
     "UnavailableError",
     "UnsupportedError",
     "__version__",

@@ -10,14 +10,17 @@ event loop.
 
 from __future__ import annotations
 
+import inspect
 import json
+import logging
 import math
 import os
 import random
 import sqlite3
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, cast
+from types import TracebackType
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -33,7 +36,10 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from checkpoint_rs import errors
-from checkpoint_rs._native import NativeSaver
+from checkpoint_rs._native import NativeSaver, effect_key
+
+_T = TypeVar("_T")
+_log = logging.getLogger("checkpoint_rs")
 
 # Tuples fetched per round of a `list`: one page of the backend is decoded at a time.
 _LIST_BATCH = 64
@@ -116,6 +122,31 @@ def _left(seconds: float | None) -> timedelta | None:
     if seconds >= timedelta.max.total_seconds():
         return timedelta.max
     return timedelta(seconds=seconds)
+
+
+_IDEMPOTENT_SETTINGS = ("lease_ttl", "lease_wait", "claim_ttl", "pending_wait")
+
+
+def _idempotent(idempotent: bool | Mapping[str, float | timedelta]) -> dict[str, Any]:
+    """The native form of the ``idempotent`` option: on or off, or on with its settings
+    (seconds or timedeltas)."""
+    if isinstance(idempotent, bool):
+        return {"idempotent": idempotent}
+    if not isinstance(idempotent, Mapping):
+        raise TypeError(
+            f"idempotent is True, False or a dict of settings; got {type(idempotent).__name__}"
+        )
+    settings = {}
+    for name, value in idempotent.items():
+        if name not in _IDEMPOTENT_SETTINGS:
+            raise errors.InvalidInputError(
+                f"idempotent: unknown setting {name!r} (expected one of "
+                f"{', '.join(_IDEMPOTENT_SETTINGS)})"
+            )
+        if isinstance(value, timedelta):
+            value = value.total_seconds()
+        settings[name] = _positive(value, f"idempotent[{name!r}]", "seconds")
+    return {"idempotent": True, "idempotent_settings": settings}
 
 
 def _thread_ttl(ttl: timedelta | str) -> tuple[str, float | None]:
@@ -207,7 +238,13 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     * ``sanitize_on_load``, ``pending_markers``, ``skip_unsafe_put``, ``idempotent``: the
       wrappers of checkpoint-sanitize (repair orphan tool calls when a thread is loaded,
       mark tool calls in flight, refuse puts that would store an invalid message history,
-      run side effects once), in their canonical order.
+      run side effects once), in their canonical order. ``idempotent`` enables
+      :meth:`once`, :meth:`aonce` and :meth:`lock_thread`; ``True``, or a dict of settings
+      in seconds (or timedeltas): ``lease_ttl`` (30; a held thread lock's lease, renewed
+      every third of it), ``lease_wait`` (120; how long :meth:`lock_thread` waits for
+      another holder), ``claim_ttl`` (60; how long a running effect's claim protects it:
+      keep it well above the effect's duration), ``pending_wait`` (120; how long
+      :meth:`once` waits for another holder running the same effect).
     * ``ttl`` (every backend but MongoDB), with the keys of LangGraph's ``TTLConfig``:
       ``{"default_ttl": minutes, "refresh_on_read": bool, "sweep_interval_minutes":
       minutes}``. A thread expires that long after its last write (or, with
@@ -237,7 +274,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         sanitize_on_load: bool = False,
         pending_markers: bool = False,
         skip_unsafe_put: bool = False,
-        idempotent: bool = False,
+        idempotent: bool | Mapping[str, float | timedelta] = False,
         ttl: Mapping[str, Any] | None = None,
         timeout: float | timedelta | None = None,
         **backend_options: Any,
@@ -256,7 +293,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
             sanitize_on_load=sanitize_on_load,
             pending_markers=pending_markers,
             skip_unsafe_put=skip_unsafe_put,
-            idempotent=idempotent,
+            **_idempotent(idempotent),
             timeout_seconds=_timeout(timeout),
             **_ttl_options(ttl),
             **backend_options,
@@ -569,6 +606,113 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
 
     # -- versions -------------------------------------------------------------------------
 
+    def effect_key(self, config: RunnableConfig, effect: str) -> str:
+        """The idempotency key of side effect ``effect`` of the graph task that runs with
+        ``config`` (the config LangGraph passes to a node or ``@task``): built from the
+        thread, the namespace, the checkpoint the step started from, the task's id and
+        ``effect``, so the same task of the same step gets the same key on every retry,
+        resume and replay, and no other task does. The same key as checkpoint-sanitize's
+        ``EffectKey::derive`` in Rust. ``InvalidInputError`` for a config that is not a
+        task's."""
+        configurable = config.get("configurable") or {}
+        task_id = configurable.get("__pregel_task_id")
+        thread_id = configurable.get("thread_id")
+        namespace = str(configurable.get("checkpoint_ns", ""))
+        # A task's namespace is its graph's namespace plus `|node:task_id` (none at the root).
+        graph_namespace = namespace.rpartition("|")[0]
+        checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_namespace)
+        if not (task_id and thread_id is not None and checkpoint_id):
+            raise errors.InvalidInputError(
+                "effect_key needs the config LangGraph passes to a node or task (with its "
+                "thread, task id and checkpoint); for other effects, pick a key yourself"
+            )
+        if not effect:
+            raise errors.InvalidInputError("an effect name is empty")
+        return effect_key(str(thread_id), graph_namespace, checkpoint_id, task_id, effect)
+
+    def once(self, key: str, effect: Callable[[], _T]) -> _T:
+        """Runs ``effect()`` at most once per ``key`` as far as the idempotency ledger can
+        tell, and returns its result, or the result recorded by the call that ran it
+        (decoded by the saver's ``serde``; the effect is not run again). Needs
+        ``idempotent=True``.
+
+        The key is claimed in the ledger first (one holder at a time, across processes):
+        while another caller runs the same effect, this one waits (up to ``pending_wait``,
+        then :class:`~checkpoint_rs.errors.UnavailableError`). If ``effect`` raises, the
+        claim is given up and the exception propagates: the next call runs it again. So the
+        effect runs at least once, and twice only when a process ran it and died (or ran
+        past ``claim_ttl``) before its result was recorded; it is exactly once when the
+        effect passes ``key`` to a downstream system that deduplicates by it (an email
+        queue's job id, a payment API's idempotency key). In a graph node, use
+        ``saver.once(saver.effect_key(config, "send_email"), lambda: ...)``: a node that
+        LangGraph runs again after a crash, a retry or a resume then does not repeat it.
+        """
+        begun = self._native.once_begin(key, True)
+        if begun[0] == "replay":
+            return cast(_T, self.serde.loads_typed((begun[1], begun[2])))
+        _, ledger_key, token = begun
+        try:
+            value = effect()
+        except Exception:
+            self._native.once_abandon(ledger_key, token, True)
+            raise
+        outcome = self._outcome(ledger_key, value)
+        if outcome is not None:
+            self._native.once_finish(ledger_key, token, *outcome, True)
+        return value
+
+    async def aonce(self, key: str, effect: Callable[[], Awaitable[_T] | _T]) -> _T:
+        """Async version of :meth:`once`: ``effect`` is a coroutine function (or a plain
+        function), awaited in the caller's event loop. A call cancelled while its effect
+        runs keeps its claim until ``claim_ttl`` runs out, as the effect may have happened.
+        """
+        begun = await self._native.once_begin(key, False)
+        if begun[0] == "replay":
+            return cast(_T, self.serde.loads_typed((begun[1], begun[2])))
+        _, ledger_key, token = begun
+        try:
+            value = effect()
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception:
+            await self._native.once_abandon(ledger_key, token, False)
+            raise
+        outcome = self._outcome(ledger_key, value)
+        if outcome is not None:
+            await self._native.once_finish(ledger_key, token, *outcome, False)
+        return cast(_T, value)
+
+    def _outcome(self, ledger_key: str, value: Any) -> tuple[str, bytes] | None:
+        """``value`` serialized for the ledger, or ``None`` (logged) if ``serde`` cannot: the
+        effect ran, so its caller gets the value; the claim expires after ``claim_ttl``."""
+        try:
+            return self.serde.dumps_typed(value)
+        except Exception as e:  # the serializer's own exceptions vary
+            _log.warning(
+                "the outcome of effect %r cannot be serialized (%s); it is not recorded and "
+                "may run again once its claim expires",
+                ledger_key,
+                e,
+            )
+            return None
+
+    def lock_thread(self, thread_id: str) -> ThreadLock:
+        """One run of ``thread_id`` at a time, across processes: ``with
+        saver.lock_thread(thread_id) as lock:`` (or ``async with``) waits until no one else
+        holds the thread (up to ``lease_wait``, then
+        :class:`~checkpoint_rs.errors.UnavailableError`), then holds it until the block
+        ends. Needs ``idempotent=True``.
+
+        Within the process the lock is a lock; across processes it is the thread's lease in
+        the store, renewed in the background, with a fencing token that every ``put`` and
+        ``put_writes`` of the thread through this saver carries while the lock is held. A
+        holder that stalled until its lease expired and another process took the thread
+        over can no longer write: its puts raise
+        :class:`~checkpoint_rs.errors.StaleFenceError` and store nothing (``lock.lost``
+        tells). Not reentrant: locking a thread this saver already holds waits forever.
+        """
+        return ThreadLock(self._native, thread_id)
+
     def get_next_version(self, current: str | int | None, channel: None = None) -> str:
         """LangGraph's string versions (as its PostgreSQL, SQLite and Redis savers make
         them): a 32-digit counter, a dot and a random suffix, so versions written by Python
@@ -580,6 +724,67 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         else:
             counter = int(current.split(".")[0])
         return f"{counter + 1:032}.{random.random():016}"
+
+
+class ThreadLock:
+    """A thread lock of :meth:`RustCheckpointSaver.lock_thread`: a context manager, with
+    ``with`` or ``async with``."""
+
+    def __init__(self, native: NativeSaver, thread_id: str) -> None:
+        self._native = native
+        self._thread_id = thread_id
+        self._guard: Any = None
+
+    def __repr__(self) -> str:
+        state = "unheld" if self._guard is None or self._guard.released else "held"
+        return f"ThreadLock({self._thread_id!r}, {state}, fence={self.fence})"
+
+    @property
+    def thread_id(self) -> str:
+        """The locked thread."""
+        return self._thread_id
+
+    @property
+    def fence(self) -> int | None:
+        """The lease's fencing token while held (``None`` before, and on a backend without
+        leases)."""
+        return None if self._guard is None else self._guard.fence
+
+    @property
+    def lost(self) -> bool:
+        """Whether another holder took the thread's lease over: this holder's writes to
+        the thread are refused."""
+        return self._guard is not None and self._guard.lost
+
+    def _taken(self) -> None:
+        if self._guard is not None:
+            raise RuntimeError("a ThreadLock is entered once; call lock_thread again")
+
+    def __enter__(self) -> ThreadLock:
+        self._taken()
+        self._guard = self._native.lock_thread(self._thread_id, True)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._guard.release(True)
+
+    async def __aenter__(self) -> ThreadLock:
+        self._taken()
+        self._guard = await self._native.lock_thread(self._thread_id, False)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._guard.release(False)
 
 
 class InMemorySaver(RustCheckpointSaver):
