@@ -140,7 +140,9 @@ def test_bad_effect_and_lock_calls_get_typed_errors(kind, make_store):
 
     def fresh(**options):
         # The store's in-memory saver is one per test, whatever the options.
-        return checkpoint_rs.InMemorySaver(**options) if kind == "memory" else store.saver(**options)
+        if kind == "memory":
+            return checkpoint_rs.InMemorySaver(**options)
+        return store.saver(**options)
 
     plain = fresh()
     with pytest.raises(UnsupportedError, match="idempotent=True"):

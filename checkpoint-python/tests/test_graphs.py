@@ -297,6 +297,65 @@ async def test_code_written_for_langgraphs_savers_runs_with_the_import_swapped(
     assert effects_of(effects) == ["classify", "present", "act"]
 
 
+async def test_langgraphs_psycopg_connections_and_pools_open_the_postgres_saver(
+    make_store, tmp_path
+):
+    """LangGraph's documentation gives its PostgresSaver a psycopg connection or pool
+    (`PostgresSaver(conn)`, `AsyncPostgresSaver(pool)`). With the import swapped, each opens
+    the saver on the same database; a graph interrupts through one and resumes through the
+    other."""
+    import psycopg
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    store = make_store("postgres")
+    schema = store.options["schema"]
+    effects = tmp_path / "effects"
+    config = {"configurable": {"thread_id": "portfolio"}}
+    settings = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+
+    with psycopg.Connection.connect(store.target, **settings) as conn:
+        checkpointer = checkpoint_rs.PostgresSaver(conn, schema=schema, setup=False)
+        checkpointer.setup()
+        graph = review_graph(effects).compile(checkpointer=checkpointer)
+        assert "__interrupt__" in graph.invoke({"request": "rebalance?"}, config)
+    # The saver never used the connection: it works after the connection closed.
+    assert checkpointer.get_tuple(config) is not None
+
+    # A pool given as libpq keywords, its password among the pool's arguments.
+    info = psycopg.conninfo.conninfo_to_dict(store.target)
+    keywords = f"host={info['host']} port={info.get('port', 5432)} dbname={info['dbname']}"
+    with ConnectionPool(
+        keywords, kwargs={**settings, "user": info["user"]}, min_size=1, max_size=3
+    ) as pool:
+        pooled = checkpoint_rs.PostgresSaver(pool, schema=schema)
+        assert pooled.get_tuple(config) == checkpointer.get_tuple(config)
+
+    async with AsyncConnectionPool(store.target, kwargs=settings, open=False) as pool:
+        checkpointer = checkpoint_rs.AsyncPostgresSaver(pool, schema=schema)
+        graph = review_graph(effects).compile(checkpointer=checkpointer)
+        resumed = await graph.ainvoke(Command(resume="hold"), config)
+        assert resumed["steps"] == ["classify", "present", "act"]
+    async with await psycopg.AsyncConnection.connect(store.target, **settings) as conn:
+        checkpointer = checkpoint_rs.AsyncPostgresSaver(conn, schema=schema)
+        assert (await checkpointer.aget_tuple(config)).metadata["step"] == 3
+    assert effects_of(effects) == ["classify", "present", "act"]
+
+    # A connection through the server's Unix socket, where it has one here.
+    socket = Path("/var/run/postgresql")
+    if (socket / f".s.PGSQL.{info.get('port', 5432)}").exists():
+        with psycopg.connect(host=str(socket), user=info["user"], dbname=info["dbname"]) as conn:
+            checkpointer = checkpoint_rs.PostgresSaver(conn, schema=schema)
+            assert checkpointer.get_tuple(config).metadata["step"] == 3
+
+    # Parameters the saver cannot honour are refused, not dropped.
+    with ConnectionPool(
+        f"{keywords} target_session_attrs=read-write", kwargs={"user": info["user"]}, open=False
+    ) as pool:
+        with pytest.raises(checkpoint_rs.InvalidInputError, match="target_session_attrs"):
+            checkpoint_rs.PostgresSaver(pool, schema=schema)
+
+
 def test_langgraphs_in_memory_saver_name_works_with_the_import_swapped(tmp_path):
     """`MemorySaver`, the name most LangGraph examples import, is the in-memory saver."""
     graph = review_graph(tmp_path / "effects").compile(checkpointer=checkpoint_rs.MemorySaver())

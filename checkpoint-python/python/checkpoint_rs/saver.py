@@ -124,6 +124,75 @@ def _left(seconds: float | None) -> timedelta | None:
     return timedelta(seconds=seconds)
 
 
+# psycopg's own arguments to `connect()` (and in a pool's `kwargs`): how LangGraph's saver
+# uses the connection it is given, which this saver does not use (it opens its own pool).
+_PSYCOPG_SETTINGS = frozenset(
+    {"autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context"}
+)
+# libpq parameters the driver takes as URL query parameters.
+_PG_URL_PARAMS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "application_name", "options")
+# libpq parameters that choose a different server or session than the URL's would: refused
+# (the other parameters are about how a connection is negotiated or kept, which the driver
+# does itself, and are left out).
+_PG_REFUSED = {
+    "load_balance_hosts": "disable",
+    "replication": None,
+    "service": None,
+    "target_session_attrs": "any",
+}
+
+
+def _postgres_target(target: Any) -> tuple[str, int | None] | None:
+    """For a psycopg connection (sync or async) or a psycopg_pool pool, what LangGraph's
+    ``PostgresSaver`` takes: the URL of the database it connects to, and the pool's
+    ``max_size``. ``None`` for anything else."""
+    module = type(target).__module__
+    if module.startswith("psycopg_pool"):
+        from psycopg.conninfo import conninfo_to_dict
+
+        kwargs = {k: v for k, v in (target.kwargs or {}).items() if k not in _PSYCOPG_SETTINGS}
+        return _postgres_url(conninfo_to_dict(target.conninfo, **kwargs)), target.max_size
+    if module.startswith("psycopg") and hasattr(target, "info"):
+        info = target.info
+        params: dict[str, Any] = dict(info.get_parameters())
+        # The values the connection was made with (defaults and environment included).
+        params.update(host=info.host, port=info.port, dbname=info.dbname, user=info.user)
+        params["password"] = info.password
+        return _postgres_url(params), None
+    return None
+
+
+def _postgres_url(params: Mapping[str, Any]) -> str:
+    """A libpq parameter set as a URL the saver's driver reads; ``InvalidInputError`` for
+    one that would choose another server or session (several hosts,
+    ``target_session_attrs``, ``service``, ...)."""
+    from urllib.parse import quote, urlencode
+
+    given = {k: str(v) for k, v in params.items() if v not in (None, "")}
+    refused = sorted(k for k, default in _PG_REFUSED.items() if given.get(k, default) != default)
+    host = given.get("host", "")
+    if refused or "," in host:
+        what = ", ".join(refused) if refused else f"host={host} (several hosts)"
+        raise errors.InvalidInputError(
+            f"PostgresSaver cannot connect with the connection's {what}: pass a URL "
+            "(postgres://user:password@host:port/dbname?sslmode=...) instead"
+        )
+    left = {k: given[k] for k in _PG_URL_PARAMS if k in given}
+    if not host and "hostaddr" in given:
+        left["hostaddr"] = given["hostaddr"]
+    if host.startswith("/"):
+        host = quote(host, safe="")  # a socket directory: the driver decodes it
+    elif ":" in host:
+        host = f"[{host}]"
+    user, password = given.get("user", ""), given.get("password", "")
+    credentials = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    port = given.get("port", "")
+    netloc = (credentials + "@" if credentials else "") + host + (":" + port if port else "")
+    database = quote(given.get("dbname", ""), safe="")
+    query = urlencode(left)
+    return f"postgres://{netloc}/{database}" + ("?" + query if query else "")
+
+
 _IDEMPOTENT_SETTINGS = ("lease_ttl", "lease_wait", "claim_ttl", "pending_wait")
 
 
@@ -826,6 +895,14 @@ class PostgresSaver(RustCheckpointSaver):
     this saver writes, and the other way round. ``schema`` puts the tables in another
     schema; ``setup=False`` skips creating them; ``max_connections`` sizes the pool.
 
+    Opened with a URL, or with what LangGraph's saver takes: a psycopg ``Connection`` or
+    ``AsyncConnection``, or a psycopg_pool ``ConnectionPool`` or ``AsyncConnectionPool``.
+    The saver then connects where that connection (or pool) does, with its own pool (of
+    the given pool's ``max_size`` unless ``max_connections`` says otherwise), and never
+    uses the object itself: closing it does not close the saver. Connection parameters the
+    saver cannot honour (several hosts, ``target_session_attrs``, ``service``, ...) are an
+    ``InvalidInputError``.
+
     Through a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``, the
     transaction-mode ports of managed poolers), pass ``transaction_pooling=True``: each call
     then runs in a transaction of its own with unnamed statements, as such a pooler
@@ -833,7 +910,14 @@ class PostgresSaver(RustCheckpointSaver):
 
     _kind = "postgres"
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str | Any, **options: Any) -> None:
+        # What LangGraph's saver takes instead of a URL: a psycopg connection or pool. This
+        # saver reads where it connects (and a pool's size) and opens its own pool.
+        found = _postgres_target(url)
+        if found is not None:
+            url, size = found
+            if size is not None:
+                options.setdefault("max_connections", size)
         super().__init__(url, **options)
 
     @classmethod
