@@ -20,7 +20,9 @@ from langchain_core.messages import AIMessage
 import checkpoint_rs
 from checkpoint_rs import InvalidInputError, UnavailableError, UnsupportedError
 from conftest import BACKENDS, PERSISTENT
-from graphs import case_graph, effects_of
+from langgraph.types import Command
+
+from graphs import case_graph, effects_of, record, review_graph
 from test_graphs import run_worker_until
 
 HERE = Path(__file__).parent
@@ -54,6 +56,47 @@ def test_a_resumed_run_does_not_send_the_email_again(kind, make_store, tmp_path)
     # The message id the killed worker's send returned, replayed from the ledger.
     assert result["sent"] == "msg-2"
     assert result["steps"] == ["draft", "send_email", "close"]
+
+
+@pytest.mark.parametrize("kind", PERSISTENT)
+async def test_lazy_recovery_shows_an_interrupts_question_once(kind, make_store, tmp_path):
+    """Seed 000: the side effect that shows the user an interrupt's question runs after the
+    checkpoint is stored, so a crash in between leaves a paused graph nobody is asked
+    about. Recovery on read: every read of the thread ensures the question was shown,
+    through `once` keyed by the checkpoint. A worker killed in that window: two readers at
+    once and a later one show it once. A run that showed it itself: readers show nothing."""
+    store = make_store(kind)
+    effects = tmp_path / "effects"
+    run_worker_until(store.spec(), "review-7", effects, "INTERRUPTED")
+    readers = [store.saver(idempotent=True) for _ in range(2)]
+
+    def ensure_question_shown(saver, thread_id: str) -> None:
+        graph = review_graph(effects).compile(checkpointer=saver)
+        state = graph.get_state({"configurable": {"thread_id": thread_id}})
+        for pending in state.interrupts:
+            key = saver.effect_key(state.config, "show_question")
+            assert pending.value["question"] == "Rebalance the portfolio?"
+            saver.once(key, lambda: record(effects, "question-shown"))
+
+    await asyncio.gather(
+        *(asyncio.to_thread(ensure_question_shown, r, "review-7") for r in readers)
+    )
+    ensure_question_shown(readers[0], "review-7")
+    assert effects_of(effects) == ["classify", "question-shown"]
+
+    # A run that reaches the interrupt and shows the question itself, as it normally does.
+    saver = readers[0]
+    graph = review_graph(effects).compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "review-8"}}
+    graph.invoke({"request": "rebalance?", "steps": []}, config)
+    ensure_question_shown(saver, "review-8")
+    ensure_question_shown(readers[1], "review-8")
+    assert effects_of(effects)[2:] == ["classify", "question-shown"]
+
+    # Answered: nothing is pending, nothing more is shown.
+    graph.invoke(Command(resume="hold"), config)
+    ensure_question_shown(readers[1], "review-8")
+    assert effects_of(effects)[4:] == ["present", "act"]
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

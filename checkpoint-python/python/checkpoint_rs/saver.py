@@ -676,28 +676,38 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     # -- versions -------------------------------------------------------------------------
 
     def effect_key(self, config: RunnableConfig, effect: str) -> str:
-        """The idempotency key of side effect ``effect`` of the graph task that runs with
-        ``config`` (the config LangGraph passes to a node or ``@task``): built from the
-        thread, the namespace, the checkpoint the step started from, the task's id and
-        ``effect``, so the same task of the same step gets the same key on every retry,
-        resume and replay, and no other task does. The same key as checkpoint-sanitize's
-        ``EffectKey::derive`` in Rust. ``InvalidInputError`` for a config that is not a
-        task's."""
-        configurable = config.get("configurable") or {}
-        task_id = configurable.get("__pregel_task_id")
-        thread_id = configurable.get("thread_id")
-        namespace = str(configurable.get("checkpoint_ns", ""))
-        # A task's namespace is its graph's namespace plus `|node:task_id` (none at the root).
-        graph_namespace = namespace.rpartition("|")[0]
-        checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_namespace)
-        if not (task_id and thread_id is not None and checkpoint_id):
-            raise errors.InvalidInputError(
-                "effect_key needs the config LangGraph passes to a node or task (with its "
-                "thread, task id and checkpoint); for other effects, pick a key yourself"
-            )
+        """The idempotency key of side effect ``effect``, for :meth:`once`:
+
+        * of the graph task that runs with ``config`` (the config LangGraph passes to a
+          node or ``@task``): built from the thread, the namespace, the checkpoint the step
+          started from, the task's id and ``effect``, so the same task of the same step
+          gets the same key on every retry, resume and replay, and no other task does;
+        * of a checkpoint, for ``config`` addressing one (a ``StateSnapshot``'s
+          ``config``, a ``CheckpointTuple``'s): an effect that happens once per checkpoint,
+          such as showing the user the question of the interrupt it holds.
+
+        The same keys as checkpoint-sanitize's ``EffectKey::for_task`` and
+        ``EffectKey::for_checkpoint`` in Rust. ``InvalidInputError`` for a config that is
+        neither."""
         if not effect:
             raise errors.InvalidInputError("an effect name is empty")
-        return effect_key(str(thread_id), graph_namespace, checkpoint_id, task_id, effect)
+        configurable = config.get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        namespace = str(configurable.get("checkpoint_ns", ""))
+        task_id = configurable.get("__pregel_task_id")
+        if task_id:
+            # A task's namespace is its graph's plus `|node:task_id` (none at the root).
+            namespace = namespace.rpartition("|")[0]
+            checkpoint_id = (configurable.get("checkpoint_map") or {}).get(namespace)
+        else:
+            task_id, checkpoint_id = "", configurable.get("checkpoint_id")
+        if thread_id is None or not checkpoint_id:
+            raise errors.InvalidInputError(
+                "effect_key needs the config LangGraph passes to a node or task, or the "
+                "config of a checkpoint (with its thread and checkpoint id); for other "
+                "effects, pick a key yourself"
+            )
+        return effect_key(str(thread_id), namespace, checkpoint_id, task_id, effect)
 
     def once(self, key: str, effect: Callable[[], _T]) -> _T:
         """Runs ``effect()`` at most once per ``key`` as far as the idempotency ledger can
