@@ -22,6 +22,9 @@ pub(crate) struct Inner {
     pub(crate) leases: Collection<Document>,
     pub(crate) ledger: Collection<Document>,
     pub(crate) layout: Collection<Document>,
+    /// Set once the collections' stored layout was found to be one this build knows (by
+    /// `setup`, or before the saver's first operation: see `schema::ready`).
+    pub(crate) layout_known: tokio::sync::OnceCell<()>,
 }
 
 impl Inner {

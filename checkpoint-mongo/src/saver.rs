@@ -92,6 +92,7 @@ impl MongoSaver {
             leases: coll(&names.leases),
             ledger: coll(&names.ledger),
             layout: coll(&names.layout),
+            layout_known: tokio::sync::OnceCell::new(),
             client,
             database,
             config,
@@ -162,6 +163,7 @@ impl Saver for MongoSaver {
     }
 
     async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
+        schema::ready(&self.inner).await?;
         read::get_tuple(&self.inner, config).await
     }
 
@@ -170,15 +172,16 @@ impl Saver for MongoSaver {
         config: &CheckpointConfig,
         channels: &[String],
     ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+        schema::ready(&self.inner).await?;
         delta::delta_channel_history(&self.inner, config, channels).await
     }
 
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
-        read::list(Arc::clone(&self.inner), options)
+        schema::after_ready(&self.inner, read::list(Arc::clone(&self.inner), options))
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        read::list_threads(Arc::clone(&self.inner))
+        schema::after_ready(&self.inner, read::list_threads(Arc::clone(&self.inner)))
     }
 
     async fn put(
@@ -189,6 +192,7 @@ impl Saver for MongoSaver {
         new_versions: ChannelVersions,
         options: PutOptions,
     ) -> Result<CheckpointConfig> {
+        schema::ready(&self.inner).await?;
         write::put(
             &self.inner,
             config,
@@ -207,22 +211,27 @@ impl Saver for MongoSaver {
         task_id: &str,
         options: PutWritesOptions,
     ) -> Result<()> {
+        schema::ready(&self.inner).await?;
         write::put_writes(&self.inner, config, writes, task_id, options).await
     }
 
     async fn delete_thread(&self, thread_id: &str) -> Result<()> {
+        schema::ready(&self.inner).await?;
         admin::delete_thread(&self.inner, thread_id).await
     }
 
     async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
+        schema::ready(&self.inner).await?;
         admin::copy_thread(&self.inner, source, target).await
     }
 
     async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
+        schema::ready(&self.inner).await?;
         admin::prune(&self.inner, thread_ids, strategy).await
     }
 
     async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
+        schema::ready(&self.inner).await?;
         admin::delete_for_runs(&self.inner, run_ids).await
     }
 
@@ -232,26 +241,32 @@ impl Saver for MongoSaver {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<Lease>> {
+        schema::ready(&self.inner).await?;
         coord::acquire_lease(&self.inner, thread_id, holder, ttl).await
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        schema::ready(&self.inner).await?;
         coord::renew_lease(&self.inner, lease, ttl).await
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        schema::ready(&self.inner).await?;
         coord::release_lease(&self.inner, lease).await
     }
 
     async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
+        schema::ready(&self.inner).await?;
         coord::claim(&self.inner, key, ttl).await
     }
 
     async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()> {
+        schema::ready(&self.inner).await?;
         coord::complete_claim(&self.inner, key, token, outcome).await
     }
 
     async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
+        schema::ready(&self.inner).await?;
         coord::abandon_claim(&self.inner, key, token).await
     }
 }
@@ -259,6 +274,7 @@ impl Saver for MongoSaver {
 #[async_trait]
 impl checkpoint_core::IntegrityScan for MongoSaver {
     async fn scan_thread(&self, thread_id: &str) -> Result<Vec<checkpoint_core::StorageIssue>> {
+        schema::ready(&self.inner).await?;
         admin::scan_thread(&self.inner, thread_id).await
     }
 }

@@ -1,9 +1,11 @@
-//! The collections' indexes: creating them (`MongoSaver::setup`) and dropping the
-//! collections.
+//! The collections' stored layout and indexes: checking the layout, creating the indexes
+//! (`MongoSaver::setup`) and dropping the collections.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use checkpoint_core::Result;
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mongodb::IndexModel;
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::IndexOptions;
@@ -127,6 +129,28 @@ async fn check_layout(i: &Inner) -> Result<()> {
     }
 }
 
+/// Checks, once per saver and before its first operation, that the collections are in a
+/// stored layout this build knows (as `setup` does): a saver opened without `setup` must
+/// not write next to a newer version's documents or misread them. A failed check (a newer
+/// layout, or no answer) is made again by the next operation.
+pub(crate) async fn ready(i: &Inner) -> Result<()> {
+    i.layout_known
+        .get_or_try_init(|| check_layout(i))
+        .await
+        .map(|&()| ())
+}
+
+/// `items` once [`ready`] passed; its error otherwise (and nothing of `items`).
+pub(crate) fn after_ready<T: Send + 'static>(
+    i: &Arc<Inner>,
+    items: BoxStream<'static, Result<T>>,
+) -> BoxStream<'static, Result<T>> {
+    let i = Arc::clone(i);
+    stream::once(async move { ready(&i).await.map(|()| items) })
+        .try_flatten()
+        .boxed()
+}
+
 /// Records [`LAYOUT`] where no layout is recorded yet, then checks the recorded one.
 async fn mark_layout(i: &Inner) -> Result<()> {
     let mark = i
@@ -143,7 +167,9 @@ async fn mark_layout(i: &Inner) -> Result<()> {
         Err(e) if crate::error::codes(&e).contains(&crate::error::DUPLICATE_KEY) => {}
         Err(e) => return Err(driver(e)),
     }
-    check_layout(i).await
+    check_layout(i).await?;
+    let _ = i.layout_known.set(());
+    Ok(())
 }
 
 /// Drops every collection of this configuration.

@@ -120,8 +120,8 @@ async fn setup_creates_unique_compound_and_ttl_indexes_idempotently() {
 }
 
 #[tokio::test]
-async fn collections_in_a_newer_layout_are_refused_at_setup() {
-    if skip("collections_in_a_newer_layout_are_refused_at_setup") {
+async fn collections_in_a_newer_layout_are_refused_at_setup_and_first_use() {
+    if skip("collections_in_a_newer_layout_are_refused_at_setup_and_first_use") {
         return;
     }
     let c = client().await;
@@ -149,6 +149,44 @@ async fn collections_in_a_newer_layout_are_refused_at_setup() {
         assert!(
             message.contains("stored layout") && message.contains("upgrade"),
             "{message}"
+        );
+        // A saver opened without setup refuses them too, before its first operation
+        // (reads, writes, lists, leases) touches anything.
+        let unset = MongoSaver::from_client(c.clone(), s.config().clone())
+            .await
+            .unwrap();
+        let config = CheckpointConfig::new("t");
+        let refused = [
+            unset.get_tuple(&config).await.map(|_| ()).unwrap_err(),
+            unset
+                .put(
+                    &config,
+                    Checkpoint::new(),
+                    CheckpointMetadata::new(),
+                    Default::default(),
+                    PutOptions::new(),
+                )
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+            unset
+                .list(ListOptions::thread("t"))
+                .try_collect::<Vec<_>>()
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+            unset
+                .claim("k", Duration::from_secs(1))
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+        ];
+        for e in refused {
+            assert!(e.chain().contains("stored layout"), "{e:?}");
+        }
+        assert_eq!(
+            count(&unset, &s.config().collection_names().checkpoints, doc! {}).await,
+            0
         );
         // Refused before changing anything: the document is as it was.
         let mut expected = doc! {"_id": "layout"};
