@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::to_py;
-use crate::runtime::{block_on, future_into_py};
+use crate::saver::{call, none};
 
 /// The wrapper as the binding holds it: around the backend (behind the `timeout` option).
 pub(crate) type Effects = Arc<Idempotent<Arc<dyn Saver>>>;
@@ -55,15 +55,15 @@ pub(crate) fn not_enabled(op: &'static str) -> PyErr {
     to_py(Error::Unsupported { op })
 }
 
-/// `OnceError` of `begin` as the Python exception: the ledger's own error, or, when another
-/// holder's claim stayed live past `pending_wait`, `UnavailableError` (transient).
-fn begin_error(err: OnceError<std::convert::Infallible>) -> PyErr {
+/// `OnceError` of `begin` as our error: the ledger's own, or, when another holder's claim
+/// stayed live past `pending_wait`, `Unavailable` (transient).
+fn begin_error(err: OnceError<std::convert::Infallible>) -> Error {
     match err {
-        OnceError::Saver(e) => to_py(e),
-        busy => to_py(Error::Unavailable {
+        OnceError::Saver(e) => e,
+        busy => Error::Unavailable {
             backend: "idempotency ledger",
             source: busy.to_string().into(),
-        }),
+        },
     }
 }
 
@@ -121,17 +121,8 @@ pub(crate) fn begin(
     blocking: bool,
 ) -> PyResult<Py<PyAny>> {
     let key = EffectKey::new(key).map_err(to_py)?;
-    let fut = async move { effects.begin(&key).await };
-    if blocking {
-        let begun = block_on(py, fut)?.map_err(begin_error)?;
-        begun_to_py(py, begun)
-    } else {
-        let awaitable = future_into_py(py, async move {
-            let begun = fut.await.map_err(begin_error)?;
-            Python::attach(|py| begun_to_py(py, begun))
-        })?;
-        Ok(awaitable.unbind())
-    }
+    let fut = async move { effects.begin(&key).await.map_err(begin_error) };
+    call(py, blocking, fut, begun_to_py)
 }
 
 /// Records the outcome `(type_tag, data)` of the effect run under `(key, token)`; the origin
@@ -146,15 +137,12 @@ pub(crate) fn finish(
     let (key, token) = context;
     let outcome = TypedValue::new(outcome.0.as_str().into(), outcome.1);
     let fut = async move {
-        let context = EffectContext { key, token };
-        origin_name(effects.finish(&context, outcome).await)
+        let origin = effects.finish(&EffectContext { key, token }, outcome).await;
+        Ok(origin_name(origin))
     };
-    if blocking {
-        let origin = block_on(py, fut)?;
+    call(py, blocking, fut, |py, origin| {
         Ok(origin.into_pyobject(py)?.into_any().unbind())
-    } else {
-        Ok(future_into_py(py, async move { Ok(fut.await) })?.unbind())
-    }
+    })
 }
 
 /// Gives up the claim `(key, token)` of an effect that failed.
@@ -165,17 +153,11 @@ pub(crate) fn abandon(
     blocking: bool,
 ) -> PyResult<Py<PyAny>> {
     let (key, token) = context;
-    let fut = async move { effects.abandon(&EffectContext { key, token }).await };
-    if blocking {
-        block_on(py, fut)?;
-        Ok(py.None())
-    } else {
-        Ok(future_into_py(py, async move {
-            fut.await;
-            Ok(())
-        })?
-        .unbind())
-    }
+    let fut = async move {
+        effects.abandon(&EffectContext { key, token }).await;
+        Ok(())
+    };
+    call(py, blocking, fut, none)
 }
 
 /// Waits for exclusive access to `thread_id` (see `Idempotent::lock_thread`).
@@ -186,16 +168,9 @@ pub(crate) fn lock_thread(
     blocking: bool,
 ) -> PyResult<Py<PyAny>> {
     let fut = async move { effects.lock_thread(&thread_id).await };
-    if blocking {
-        let guard = block_on(py, fut)?.map_err(to_py)?;
+    call(py, blocking, fut, |py, guard| {
         Ok(Py::new(py, NativeThreadGuard::new(guard))?.into_any())
-    } else {
-        let awaitable = future_into_py(py, async move {
-            let guard = fut.await.map_err(to_py)?;
-            Ok(NativeThreadGuard::new(guard))
-        })?;
-        Ok(awaitable.unbind())
-    }
+    })
 }
 
 /// A held thread lock (`Idempotent::lock_thread`): the in-process lock and, on backends with
@@ -266,16 +241,8 @@ impl NativeThreadGuard {
             if let Some(guard) = guard {
                 guard.release().await;
             }
+            Ok(())
         };
-        if blocking {
-            block_on(py, fut)?;
-            Ok(py.None())
-        } else {
-            Ok(future_into_py(py, async move {
-                fut.await;
-                Ok(())
-            })?
-            .unbind())
-        }
+        call(py, blocking, fut, none)
     }
 }

@@ -27,11 +27,16 @@ use crate::stream::TupleStream;
 /// Threads the background sweeper deletes per call (it calls again while a batch is full).
 const SWEEP_BATCH: usize = 500;
 
-type Convert<R> = fn(Python<'_>, R) -> PyResult<Py<PyAny>>;
+pub(crate) type Convert<R> = fn(Python<'_>, R) -> PyResult<Py<PyAny>>;
 
 /// Runs `fut` to completion without the GIL (`blocking`), or returns an awaitable of it;
 /// either way `convert` builds the Python result.
-fn call<R, F>(py: Python<'_>, blocking: bool, fut: F, convert: Convert<R>) -> PyResult<Py<PyAny>>
+pub(crate) fn call<R, F>(
+    py: Python<'_>,
+    blocking: bool,
+    fut: F,
+    convert: Convert<R>,
+) -> PyResult<Py<PyAny>>
 where
     R: Send + 'static,
     F: Future<Output = Result<R>> + Send + 'static,
@@ -48,7 +53,7 @@ where
     }
 }
 
-fn none(py: Python<'_>, (): ()) -> PyResult<Py<PyAny>> {
+pub(crate) fn none(py: Python<'_>, (): ()) -> PyResult<Py<PyAny>> {
     Ok(py.None())
 }
 

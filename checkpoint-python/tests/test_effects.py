@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -23,9 +21,7 @@ from conftest import BACKENDS, PERSISTENT
 from langgraph.types import Command
 
 from graphs import case_graph, effects_of, record, review_graph
-from test_graphs import run_worker_until
-
-HERE = Path(__file__).parent
+from test_graphs import run_worker_until, start_worker
 
 
 @pytest.mark.parametrize("kind", PERSISTENT)
@@ -248,14 +244,7 @@ def test_a_holder_that_stalled_past_its_lease_cannot_write(kind, make_store, tmp
     store = make_store(kind)
     effects = tmp_path / "effects"
     spec = store.spec(idempotent={"lease_ttl": 0.6})
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "agent.py"), spec, "case-locked", "case-6", str(effects)],
-        cwd=HERE,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_worker(spec, "case-locked", "case-6", effects)
     watchdog = threading.Timer(120, proc.kill)
     watchdog.start()
     try:

@@ -35,6 +35,18 @@ from graphs import (
 HERE = Path(__file__).parent
 
 
+def start_worker(spec: str, graph: str, thread_id: str, effects: Path, *args: str):
+    """agent.py running `graph` on the store `spec` describes, its output piped (text)."""
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "agent.py"), spec, graph, thread_id, str(effects), *args],
+        cwd=HERE,
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def run_worker_until(
     spec: str,
     thread_id: str,
@@ -44,17 +56,7 @@ def run_worker_until(
     graph: str = "review",
 ) -> None:
     """Starts agent.py, waits until it prints `marker`, then kills it with SIGKILL."""
-    args = [sys.executable, str(HERE / "agent.py"), spec, graph, thread_id, str(effects)]
-    if hang_in:
-        args.append(hang_in)
-    proc = subprocess.Popen(
-        args,
-        cwd=HERE,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_worker(spec, graph, thread_id, effects, *([hang_in] if hang_in else []))
     watchdog = threading.Timer(120, proc.kill)
     watchdog.start()
     try:
