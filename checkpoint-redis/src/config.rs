@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use checkpoint_core::{Error, Result};
+use checkpoint_core::{BoxError, Error, Result};
 use redis::{AsyncConnectionConfig, Value};
 
 use crate::chunk::{ChunkMemo, MEMO_MAX_BYTES};
@@ -74,8 +74,9 @@ impl fmt::Debug for RedisSaverBuilder {
 }
 
 impl RedisSaverBuilder {
-    /// A single server at `url` (`redis://[user:password@]host:port[/db]`, or `rediss://`
-    /// where the redis crate is built with TLS).
+    /// A single server at `url` (`redis://[user:password@]host:port[/db]`, or, with the
+    /// default `tls-rustls` feature, `rediss://` for TLS; `#insecure` at the end skips
+    /// verifying the server's certificate).
     pub fn new(url: impl Into<String>) -> Self {
         Self::with_target(Target::Url(url.into()))
     }
@@ -212,7 +213,7 @@ impl RedisSaverBuilder {
                     .test_on_check_out(true)
                     .build(manager)
                     .await
-                    .map_err(|e| Error::from(RedisSaverError::Redis(e)))?;
+                    .map_err(|e| unreachable_at(RedisSaverError::Redis(e).into(), &redacted))?;
                 Link::Single { pool, epoch }
             }
             #[cfg(feature = "cluster")]
@@ -231,14 +232,18 @@ impl RedisSaverBuilder {
                 let conn = client
                     .get_async_connection()
                     .await
-                    .map_err(|e| Error::from(RedisSaverError::Redis(e)))?;
+                    .map_err(|e| unreachable_at(RedisSaverError::Redis(e).into(), &redacted))?;
                 Link::Cluster(conn)
             }
         };
-        link.preload().await.map_err(Error::from)?;
+        link.preload()
+            .await
+            .map_err(|e| unreachable_at(e.into(), &redacted))?;
         // Reading the layout is also the check that the server answers.
         let layout = Layout::new(&self.prefix);
-        check_layout(&link, &layout.layout_key()).await?;
+        check_layout(&link, &layout.layout_key())
+            .await
+            .map_err(|e| unreachable_at(e, &redacted))?;
         let ttl_evictable = if self.allow_eviction {
             None
         } else {
@@ -253,6 +258,40 @@ impl RedisSaverBuilder {
             target: redacted,
             chunk_memo: ChunkMemo::new(self.chunk_memo_bytes),
         })
+    }
+}
+
+/// `e`, when the server could not be reached, naming the server (its URL with the password
+/// redacted): a resolver's or socket's message alone does not say which one.
+fn unreachable_at(e: Error, target: &str) -> Error {
+    match e {
+        Error::Unavailable { backend, source } => Error::Unavailable {
+            backend,
+            source: Box::new(Unreachable {
+                target: target.to_owned(),
+                source,
+            }),
+        },
+        other => other,
+    }
+}
+
+/// The cause of a connect that found no server: where it looked, and why.
+#[derive(Debug)]
+struct Unreachable {
+    target: String,
+    source: BoxError,
+}
+
+impl fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot connect to {}", self.target)
+    }
+}
+
+impl std::error::Error for Unreachable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
     }
 }
 

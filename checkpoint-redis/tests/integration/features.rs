@@ -322,12 +322,19 @@ fn expired_threads_vanish_from_every_read_and_the_global_index_is_repaired() {
 #[test]
 fn unreachable_servers_are_unavailable_and_secrets_never_show() {
     rt().block_on(async {
-        let e = RedisSaverBuilder::new("redis://127.0.0.1:1")
+        let e = RedisSaverBuilder::new("redis://ops:s3cr3t-pw@127.0.0.1:1/2")
             .connect_timeout(Duration::from_millis(300))
             .pool_timeout(Duration::from_millis(500))
             .build()
             .await
             .unwrap_err();
+        // The error says which server could not be reached, without its password.
+        let shown = e.chain();
+        assert!(
+            shown.contains("cannot connect to redis://ops:***@127.0.0.1:1/2"),
+            "{shown}"
+        );
+        assert!(!shown.contains("s3cr3t-pw"), "{shown}");
         assert!(
             matches!(
                 e,

@@ -10,3 +10,5 @@ mod conformance;
 mod durability;
 mod features;
 mod stack;
+#[cfg(feature = "tls-rustls")]
+mod tls;
