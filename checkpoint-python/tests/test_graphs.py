@@ -358,6 +358,54 @@ async def test_langgraphs_psycopg_connections_and_pools_open_the_postgres_saver(
             checkpoint_rs.PostgresSaver(pool, schema=schema)
 
 
+async def test_langgraphs_redis_client_and_url_arguments_open_the_redis_saver(
+    make_store, tmp_path
+):
+    """LangGraph's RedisSaver takes `redis_url=` or a redis-py client as `redis_client=`
+    (`RedisSaver(redis_client=Redis.from_url(...))` is common in its users' code). With the
+    import swapped, each opens the saver on that server: a graph interrupts through a sync
+    client's saver and resumes through an asyncio client's."""
+    import redis
+    import redis.asyncio
+
+    store = make_store("redis")
+    prefix = store.options["key_prefix"]
+    effects = tmp_path / "effects"
+    config = {"configurable": {"thread_id": "portfolio"}}
+
+    with redis.Redis.from_url(store.target) as client:
+        checkpointer = checkpoint_rs.RedisSaver(redis_client=client, key_prefix=prefix)
+        graph = review_graph(effects).compile(checkpointer=checkpointer)
+        assert "__interrupt__" in graph.invoke({"request": "rebalance?"}, config)
+        # The saver's keys are on the client's server, under the prefix.
+        assert any(k.startswith(prefix.encode()) for k in client.scan_iter(f"{prefix}*"))
+    client = redis.asyncio.Redis.from_url(store.target)
+    checkpointer = checkpoint_rs.AsyncRedisSaver(redis_client=client, key_prefix=prefix)
+    await client.aclose()  # never used by the saver
+    graph = review_graph(effects).compile(checkpointer=checkpointer)
+    resumed = await graph.ainvoke(Command(resume="hold"), config)
+    assert resumed["steps"] == ["classify", "present", "act"]
+    by_url = checkpoint_rs.RedisSaver(redis_url=store.target, key_prefix=prefix)
+    assert by_url.get_tuple(config).metadata["step"] == 3
+
+    # What the saver connects to: the client's user, password, database and TLS.
+    secured = redis.Redis(
+        host="cache.internal", port=6380, db=2, username="app", password="p@ss:word", ssl=True
+    )
+    with pytest.raises(checkpoint_rs.UnavailableError, match="cache.internal"):
+        checkpoint_rs.RedisSaver(redis_client=secured, timeout=2)
+    assert (
+        checkpoint_rs.saver._redis_client_url(secured)
+        == "rediss://app:p%40ss%3Aword@cache.internal:6380/2"
+    )
+    with pytest.raises(TypeError, match="unix:///"):
+        checkpoint_rs.RedisSaver(redis_client=redis.Redis(unix_socket_path="/tmp/r.sock"))
+    with pytest.raises(TypeError, match="one of"):
+        checkpoint_rs.RedisSaver(store.target, redis_client=client)
+    with pytest.raises(TypeError, match="one of"):
+        checkpoint_rs.RedisSaver()
+
+
 def test_langgraphs_in_memory_saver_name_works_with_the_import_swapped(tmp_path):
     """`MemorySaver`, the name most LangGraph examples import, is the in-memory saver."""
     graph = review_graph(tmp_path / "effects").compile(checkpointer=checkpoint_rs.MemorySaver())

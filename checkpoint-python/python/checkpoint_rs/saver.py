@@ -193,6 +193,31 @@ def _postgres_url(params: Mapping[str, Any]) -> str:
     return f"postgres://{netloc}/{database}" + ("?" + query if query else "")
 
 
+def _redis_client_url(client: Any) -> Any:
+    """The URL of the server a redis-py client (sync or asyncio) connects to; anything else
+    is returned as it is (the constructor says what it takes)."""
+    pool = getattr(client, "connection_pool", None)
+    if not type(client).__module__.startswith("redis.") or pool is None:
+        if type(client).__module__.startswith("redis."):
+            raise TypeError(
+                "RedisSaver takes a Redis Cluster as a URL: redis+cluster://host:port,host:port"
+            )
+        return client
+    from urllib.parse import quote
+
+    kwargs = pool.connection_kwargs
+    if "path" in kwargs:
+        raise TypeError("RedisSaver takes a Unix-socket server as a URL: unix:///path?db=N")
+    user, password = kwargs.get("username") or "", kwargs.get("password") or ""
+    credentials = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    host = str(kwargs.get("host", "localhost"))
+    if ":" in host:
+        host = f"[{host}]"
+    scheme = "rediss" if "SSL" in pool.connection_class.__name__ else "redis"
+    netloc = (credentials + "@" if credentials else "") + f"{host}:{kwargs.get('port', 6379)}"
+    return f"{scheme}://{netloc}/{kwargs.get('db', 0)}"
+
+
 _IDEMPOTENT_SETTINGS = ("lease_ttl", "lease_wait", "claim_ttl", "pending_wait")
 
 
@@ -950,7 +975,12 @@ class RedisSaver(RustCheckpointSaver):
 
     A server with a memory limit whose ``maxmemory-policy`` would evict the saver's keys
     (``allkeys-*``, or ``volatile-*`` with a TTL) is refused with a ``BackendError``: an
-    evicted key leaves threads that load incomplete. ``allow_eviction=True`` accepts it."""
+    evicted key leaves threads that load incomplete. ``allow_eviction=True`` accepts it.
+
+    As LangGraph's ``RedisSaver``, it also takes the URL as ``redis_url=``, or a redis-py
+    client (``redis.Redis``, ``redis.asyncio.Redis``) as ``redis_client=``: it then connects
+    to that client's server (host, port, database, user, password; ``rediss`` for TLS) with
+    connections of its own, and never uses the client itself."""
 
     _kind = "redis"
 
@@ -962,12 +992,31 @@ class RedisSaver(RustCheckpointSaver):
         own (``ttl`` takes the keys of LangGraph's)."""
         return cls(redis_url, **options)
 
-    def __init__(self, url: str, **options: Any) -> None:
-        scheme, _, rest = url.partition("://")
-        if scheme == "redis+cluster":
-            self._kind = "redis-cluster"
-            url = ",".join(f"redis://{node}" for node in rest.split(",") if node)
-        super().__init__(url, **options)
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        redis_url: str | None = None,
+        redis_client: Any = None,
+        connection_args: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        # LangGraph's RedisSaver takes the URL as `redis_url`, or a redis-py client as
+        # `redis_client`, whose server this saver connects to with connections of its own;
+        # `connection_args` configure redis-py's client, which this saver does not use.
+        del connection_args
+        given = [t for t in (url, redis_url, redis_client) if t is not None]
+        if len(given) != 1:
+            raise TypeError("RedisSaver takes one of a URL, redis_url= or redis_client=")
+        target = given[0]
+        if redis_client is not None:
+            target = _redis_client_url(redis_client)
+        if isinstance(target, str):
+            scheme, _, rest = target.partition("://")
+            if scheme == "redis+cluster":
+                self._kind = "redis-cluster"
+                target = ",".join(f"redis://{node}" for node in rest.split(",") if node)
+        super().__init__(target, **options)
 
     def purge(self) -> int:
         """Deletes every key under this saver's prefix (checkpoints, indexes, leases,
