@@ -698,7 +698,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         raw = await self._native.delta_channel_history(*_address(config), list(channels), False)
         return self._delta(raw)
 
-    # -- versions -------------------------------------------------------------------------
+    # -- side effects once, one run per thread --------------------------------------------
 
     def effect_key(self, config: RunnableConfig, effect: str) -> str:
         """The idempotency key of side effect ``effect``, for :meth:`once`:
@@ -816,6 +816,8 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         tells). Not reentrant: locking a thread this saver already holds waits forever.
         """
         return ThreadLock(self._native, thread_id)
+
+    # -- versions -------------------------------------------------------------------------
 
     def get_next_version(self, current: str | int | None, channel: None = None) -> str:
         """LangGraph's string versions (as its PostgreSQL, SQLite and Redis savers make
