@@ -115,6 +115,9 @@ struct Opened {
     inner: Arc<dyn Saver>,
     /// The backend and its wrappers.
     stack: Arc<dyn Saver>,
+    /// The backend alone: the background sweeper's, whose batches no `timeout` bounds
+    /// (the `Idempotent` wrapper's inner saver has it).
+    backend: Arc<dyn Saver>,
     /// The `Idempotent` wrapper of `stack`, when chosen (`once`, `lock_thread`).
     effects: Option<Effects>,
     admin: Admin,
@@ -139,14 +142,15 @@ impl Opened {
     ) -> PyResult<Self> {
         let (backend, options) = (recipe.backend.clone(), recipe.options.clone());
         let (saver, admin) = block_on(py, open::open(backend, options))?.py()?;
-        let (stack, effects) = open::wrap(saver, &recipe.wrappers, recipe.timeout);
-        Self::around(recipe, stack, effects, admin, sweeper)
+        let (stack, effects) = open::wrap(Arc::clone(&saver), &recipe.wrappers, recipe.timeout);
+        Self::around(recipe, saver, stack, effects, admin, sweeper)
     }
 
     /// The calls' saver (`stack` behind the `timeout` option) and the sweeper, in this
     /// process.
     fn around(
         recipe: &Recipe,
+        backend: Arc<dyn Saver>,
         stack: Arc<dyn Saver>,
         effects: Option<Effects>,
         admin: Admin,
@@ -164,7 +168,7 @@ impl Opened {
             Some((every, status)) => {
                 let _runtime = runtime()?.enter();
                 Some(spawn_sweeper_reporting(
-                    Arc::clone(&stack),
+                    Arc::clone(&backend),
                     every,
                     SWEEP_BATCH,
                     Arc::clone(status),
@@ -176,6 +180,7 @@ impl Opened {
             pid: process_id(),
             inner,
             stack,
+            backend,
             effects,
             admin,
             sweeper,
@@ -249,13 +254,17 @@ impl NativeSaver {
             }
             Backend::Memory => {
                 let inherited = match &*self.state() {
-                    State::Open(o) => {
-                        Some((Arc::clone(&o.stack), o.effects.clone(), o.admin.clone()))
-                    }
+                    State::Open(o) => Some((
+                        Arc::clone(&o.backend),
+                        Arc::clone(&o.stack),
+                        o.effects.clone(),
+                        o.admin.clone(),
+                    )),
                     _ => None,
                 };
-                let (stack, effects, admin) = inherited.ok_or_else(closed)?;
-                Opened::around(&self.recipe, stack, effects, admin, self.sweeper.as_ref())
+                let (backend, stack, effects, admin) = inherited.ok_or_else(closed)?;
+                let sweeper = self.sweeper.as_ref();
+                Opened::around(&self.recipe, backend, stack, effects, admin, sweeper)
             }
             _ => {
                 let recipe = Recipe {

@@ -313,6 +313,30 @@ def test_the_background_sweeper_deletes_expired_threads(kind, make_store) -> Non
             store.saver(ttl={"sweep_interval_minutes": bad})
 
 
+def test_the_background_sweeper_outwaits_the_timeout_with_idempotent(make_store) -> None:
+    """The background sweeper finishes its batch however long it waits, also when
+    `idempotent=True` puts the `timeout` between that wrapper and the store (the sweeper
+    sweeps the backend itself). On PostgreSQL another session's lock on the checkpoint
+    table holds the sweep up far longer than `timeout`."""
+    import psycopg
+
+    store = make_store("postgres")
+    saver = store.saver(idempotent=True, timeout=0.3, ttl={"sweep_interval_minutes": 0.2 / 60})
+    put_chain(saver, "short", 2)
+    saver.set_thread_ttl("short", timedelta(seconds=0.5))
+    with psycopg.connect(store.target) as locker:
+        locker.execute("SET idle_in_transaction_session_timeout = '10s'")
+        locker.execute(f'LOCK TABLE "{store.options["schema"]}".checkpoints IN ACCESS EXCLUSIVE MODE')
+        time.sleep(2.0)  # expired after 0.5 s; the sweep deleting it waits on the lock
+        locker.rollback()
+    deadline = time.monotonic() + 5
+    while saver.sweeper["swept"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    report = saver.sweeper
+    assert report["swept"] == 1 and report["failures"] == 0, report
+    assert saver.get_tuple({"configurable": {"thread_id": "short"}}) is None
+
+
 async def test_timeout_bounds_calls_that_wait(make_store) -> None:
     """`timeout=`: a call (and each batch a list waits for) waiting longer raises the
     transient `UnavailableError`; the saver is usable again as soon as nothing blocks it,
