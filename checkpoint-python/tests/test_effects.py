@@ -173,6 +173,36 @@ async def test_a_failed_effect_runs_again_and_a_busy_one_is_transient(kind, make
     assert await saver.aonce("email:case-4", slow) == "slow result"
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_an_effect_that_outlives_its_claim_runs_again_and_is_reported(
+    kind, make_store, caplog
+):
+    """The documented bound: an effect running past `claim_ttl` loses its claim to the next
+    caller, which runs it again; the first one's outcome is not recorded, and that is
+    logged (its result still reaches its caller). The second outcome is the record."""
+    store = make_store(kind)
+    saver = store.saver(idempotent={"claim_ttl": 0.3, "pending_wait": 5})
+    runs = []
+
+    async def effect(name: str, seconds: float) -> str:
+        runs.append(name)
+        await asyncio.sleep(seconds)
+        return name
+
+    async def later():
+        await asyncio.sleep(0.5)  # the first claim has expired
+        return await saver.aonce("email:case-10", lambda: effect("second", 0.0))
+
+    with caplog.at_level("WARNING", logger="checkpoint_rs"):
+        first, second = await asyncio.gather(
+            saver.aonce("email:case-10", lambda: effect("first", 1.0)), later()
+        )
+    assert (first, second) == ("first", "second")
+    assert runs == ["first", "second"]
+    assert any("could not be recorded" in r.getMessage() for r in caplog.records), caplog.text
+    assert await saver.aonce("email:case-10", lambda: effect("third", 0.0)) == "second"
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_bad_effect_and_lock_calls_get_typed_errors(kind, make_store):
     store = make_store(kind)

@@ -243,6 +243,18 @@ def _idempotent(idempotent: bool | Mapping[str, float | timedelta]) -> dict[str,
     return {"idempotent": True, "idempotent_settings": settings}
 
 
+def _unrecorded(ledger_key: str, origin: str) -> None:
+    """Logs an effect that ran but whose outcome the ledger did not take (its claim expired
+    and another caller took the key over, or the ledger kept failing): it may run again."""
+    if origin == "ran_unrecorded":
+        _log.warning(
+            "effect %r ran but its outcome could not be recorded (its claim expired and was "
+            "taken over, or the ledger failed): it may run again; raise claim_ttl above the "
+            "effect's duration",
+            ledger_key,
+        )
+
+
 def _thread_ttl(ttl: timedelta | str) -> tuple[str, float | None]:
     """The native form of a thread TTL: a duration, ``"default"`` or ``"pinned"``."""
     if isinstance(ttl, timedelta):
@@ -762,7 +774,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
             raise
         outcome = self._outcome(ledger_key, value)
         if outcome is not None:
-            self._native.once_finish(ledger_key, token, *outcome, True)
+            _unrecorded(ledger_key, self._native.once_finish(ledger_key, token, *outcome, True))
         return value
 
     async def aonce(self, key: str, effect: Callable[[], Awaitable[_T] | _T]) -> _T:
@@ -783,7 +795,8 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
             raise
         outcome = self._outcome(ledger_key, value)
         if outcome is not None:
-            await self._native.once_finish(ledger_key, token, *outcome, False)
+            origin = await self._native.once_finish(ledger_key, token, *outcome, False)
+            _unrecorded(ledger_key, origin)
         return cast(_T, value)
 
     def _outcome(self, ledger_key: str, value: Any) -> tuple[str, bytes] | None:
