@@ -196,13 +196,13 @@ def _postgres_url(params: Mapping[str, Any]) -> str:
 def _redis_client_url(client: Any) -> Any:
     """The URL of the server a redis-py client (sync or asyncio) connects to; anything else
     is returned as it is (the constructor says what it takes)."""
-    pool = getattr(client, "connection_pool", None)
-    if not type(client).__module__.startswith("redis.") or pool is None:
-        if type(client).__module__.startswith("redis."):
-            raise TypeError(
-                "RedisSaver takes a Redis Cluster as a URL: redis+cluster://host:port,host:port"
-            )
+    if not type(client).__module__.startswith("redis."):
         return client
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        raise TypeError(
+            "RedisSaver takes a Redis Cluster as a URL: redis+cluster://host:port,host:port"
+        )
     from urllib.parse import quote
 
     kwargs = pool.connection_kwargs
@@ -218,12 +218,9 @@ def _redis_client_url(client: Any) -> Any:
     return f"{scheme}://{netloc}/{kwargs.get('db', 0)}"
 
 
-_IDEMPOTENT_SETTINGS = ("lease_ttl", "lease_wait", "claim_ttl", "pending_wait")
-
-
 def _idempotent(idempotent: bool | Mapping[str, float | timedelta]) -> dict[str, Any]:
     """The native form of the ``idempotent`` option: on or off, or on with its settings
-    (seconds or timedeltas)."""
+    (seconds or timedeltas; the native side knows their names)."""
     if isinstance(idempotent, bool):
         return {"idempotent": idempotent}
     if not isinstance(idempotent, Mapping):
@@ -232,11 +229,6 @@ def _idempotent(idempotent: bool | Mapping[str, float | timedelta]) -> dict[str,
         )
     settings = {}
     for name, value in idempotent.items():
-        if name not in _IDEMPOTENT_SETTINGS:
-            raise errors.InvalidInputError(
-                f"idempotent: unknown setting {name!r} (expected one of "
-                f"{', '.join(_IDEMPOTENT_SETTINGS)})"
-            )
         if isinstance(value, timedelta):
             value = value.total_seconds()
         settings[name] = _positive(value, f"idempotent[{name!r}]", "seconds")
