@@ -100,6 +100,13 @@ pub struct MongoConfig {
     /// How long a transaction is retried after transient errors (write conflicts, elections,
     /// network errors) before the operation gives up with `Error::Unavailable` (default 30 s).
     pub transaction_retry_time: Duration,
+    /// Whether a put sends its writes as one client-level `bulkWrite` command where the
+    /// server has it (MongoDB 8.0 and later; default `true`): one round trip for the values
+    /// and the checkpoint document instead of one per collection. The saver falls back to
+    /// one command per collection by itself when the driver finds the server older or the
+    /// server does not know the command; set `false` for a server that advertises 8.0 but
+    /// implements `bulkWrite` differently.
+    pub bulk_write: bool,
 }
 
 impl MongoConfig {
@@ -117,6 +124,7 @@ impl MongoConfig {
             list_page_size: 64,
             chunk_size: 1024 * 1024,
             transaction_retry_time: Duration::from_secs(30),
+            bulk_write: true,
         }
     }
 
@@ -159,6 +167,12 @@ impl MongoConfig {
     /// Sets how long transactions are retried after transient errors.
     pub fn transaction_retry_time(mut self, time: Duration) -> Self {
         self.transaction_retry_time = time;
+        self
+    }
+
+    /// Sets whether puts may use the client-level `bulkWrite` command.
+    pub fn bulk_write(mut self, enabled: bool) -> Self {
+        self.bulk_write = enabled;
         self
     }
 

@@ -1,6 +1,8 @@
 //! The state every module shares: the driver handles, the collections and the settings.
 //! Modules depend on this one, never on `saver.rs`.
 
+use std::sync::atomic::AtomicBool;
+
 use checkpoint_core::Capabilities;
 use mongodb::bson::Document;
 use mongodb::{Client, Collection, Database};
@@ -25,6 +27,10 @@ pub(crate) struct Inner {
     /// Set once the collections' stored layout was found to be one this build knows (by
     /// `setup`, or before the saver's first operation: see `schema::ready`).
     pub(crate) layout_known: tokio::sync::OnceCell<()>,
+    /// Whether a put may try the client-level `bulkWrite` command (MongoDB 8.0+): starts as
+    /// [`MongoConfig::bulk_write`], cleared for good the first time the driver finds the
+    /// server too old for it (before sending anything) or the server does not know it.
+    pub(crate) bulk_write: AtomicBool,
 }
 
 impl Inner {

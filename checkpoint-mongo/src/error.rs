@@ -197,7 +197,13 @@ fn is_network(e: &mongodb::error::Error) -> bool {
         ErrorKind::Io(_)
             | ErrorKind::ServerSelection { .. }
             | ErrorKind::ConnectionPoolCleared { .. }
-    )
+    ) || driver_source(e).is_some_and(is_network)
+}
+
+/// The driver error a driver error wraps (a `bulkWrite` that failed after some of its
+/// writes succeeded carries the command's error this way).
+fn driver_source(e: &mongodb::error::Error) -> Option<&mongodb::error::Error> {
+    std::error::Error::source(e).and_then(|s| s.downcast_ref::<mongodb::error::Error>())
 }
 
 /// Every server error code the error carries (a batch can carry several).
@@ -211,6 +217,12 @@ pub(crate) fn codes(e: &mongodb::error::Error) -> Vec<i32> {
             v.extend(m.write_concern_error.iter().map(|w| w.code));
             v
         }
+        ErrorKind::BulkWrite(b) => {
+            let mut v: Vec<i32> = b.write_errors.values().map(|w| w.code).collect();
+            v.extend(b.write_concern_errors.iter().map(|w| w.code));
+            v.extend(driver_source(e).map(codes).unwrap_or_default());
+            v
+        }
         _ => Vec::new(),
     }
 }
@@ -220,7 +232,7 @@ pub(crate) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
     codes(e).contains(&DUPLICATE_KEY)
 }
 
-/// For an unordered `insert_many`: whether every error is a duplicate key (the documents that
+/// For an unordered `insert_many` (or an ordered `bulkWrite` stopped by one): whether every error is a duplicate key (the documents that
 /// failed already exist) and there is no write concern error.
 pub(crate) fn only_duplicate_keys(e: &mongodb::error::Error) -> bool {
     match e.kind.as_ref() {
@@ -231,6 +243,12 @@ pub(crate) fn only_duplicate_keys(e: &mongodb::error::Error) -> bool {
                     .is_some_and(|w| !w.is_empty() && w.iter().all(|w| w.code == DUPLICATE_KEY))
         }
         ErrorKind::Write(WriteFailure::WriteError(w)) => w.code == DUPLICATE_KEY,
+        ErrorKind::BulkWrite(b) => {
+            b.write_concern_errors.is_empty()
+                && !b.write_errors.is_empty()
+                && b.write_errors.values().all(|w| w.code == DUPLICATE_KEY)
+                && driver_source(e).is_none()
+        }
         _ => false,
     }
 }

@@ -93,6 +93,7 @@ impl MongoSaver {
             ledger: coll(&names.ledger),
             layout: coll(&names.layout),
             layout_known: tokio::sync::OnceCell::new(),
+            bulk_write: std::sync::atomic::AtomicBool::new(config.bulk_write),
             client,
             database,
             config,

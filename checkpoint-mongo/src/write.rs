@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use mongodb::ClientSession;
 use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
+use mongodb::error::ErrorKind;
+use mongodb::options::{InsertOneModel, ReplaceOneModel, UpdateManyModel, WriteModel};
 
 use checkpoint_core::writes::{replaces_existing, write_index};
 use checkpoint_core::{
@@ -222,13 +224,26 @@ async fn put_in_transaction(
             .into());
         }
     }
-    if !p.values.is_empty() {
-        let mut todo: Vec<&(Document, Option<PendingChunks>)> = p.values.iter().collect();
-        if p.check_existing.load(Ordering::Relaxed) {
-            let existing =
-                existing_ids(inner, &p.thread_id, value_ids(&todo), Some(&mut *s)).await?;
-            todo.retain(|(d, _)| !existing.contains(d.get_str("_id").unwrap_or_default()));
-        }
+    let mut todo: Vec<&(Document, Option<PendingChunks>)> = p.values.iter().collect();
+    if !todo.is_empty() && p.check_existing.load(Ordering::Relaxed) {
+        let existing = existing_ids(inner, &p.thread_id, value_ids(&todo), Some(&mut *s)).await?;
+        todo.retain(|(d, _)| !existing.contains(d.get_str("_id").unwrap_or_default()));
+    }
+    if inner.bulk_write.load(Ordering::Relaxed) {
+        return match bulk(inner, put_models(inner, p, &todo), Some(&mut *s)).await {
+            Ok(()) => Ok(()),
+            // A value stored already (a repeated put) or a racing upsert of the checkpoint:
+            // the transaction is aborted; run it again, skipping the values that exist.
+            Err(BulkFailed::Driver(e)) if crate::error::is_duplicate_key(&e) => {
+                p.check_existing.store(true, Ordering::Relaxed);
+                Err(MongoError::Driver(e).retry_transaction())
+            }
+            Err(BulkFailed::Driver(e)) => Err(e.into()),
+            // Nothing was sent; run the transaction again with one command per collection.
+            Err(BulkFailed::Unsupported(e)) => Err(MongoError::Driver(e).retry_transaction()),
+        };
+    }
+    if !todo.is_empty() {
         let chunk_docs: Vec<Document> = todo
             .iter()
             .filter_map(|(_, c)| c.as_ref())
@@ -241,18 +256,16 @@ async fn put_in_transaction(
                 .session(&mut *s)
                 .await?;
         }
-        if !todo.is_empty() {
-            let docs: Vec<Document> = todo.iter().map(|(d, _)| d.clone()).collect();
-            match inner.values.insert_many(docs).session(&mut *s).await {
-                Ok(_) => {}
-                Err(e) if crate::error::is_duplicate_key(&e) => {
-                    // Some version is stored already (a repeated put): the transaction is
-                    // aborted; run it again, skipping what exists.
-                    p.check_existing.store(true, Ordering::Relaxed);
-                    return Err(MongoError::Driver(e).retry_transaction());
-                }
-                Err(e) => return Err(e.into()),
+        let docs: Vec<Document> = todo.iter().map(|(d, _)| d.clone()).collect();
+        match inner.values.insert_many(docs).session(&mut *s).await {
+            Ok(_) => {}
+            Err(e) if crate::error::is_duplicate_key(&e) => {
+                // Some version is stored already (a repeated put): the transaction is
+                // aborted; run it again, skipping what exists.
+                p.check_existing.store(true, Ordering::Relaxed);
+                return Err(MongoError::Driver(e).retry_transaction());
             }
+            Err(e) => return Err(e.into()),
         }
     }
     if let Some(x) = p.value_expiry {
@@ -279,6 +292,100 @@ async fn put_in_transaction(
         .await
         .map_err(raced)?;
     Ok(())
+}
+
+/// Server error code of a command the server does not know.
+const COMMAND_NOT_FOUND: i32 = 59;
+
+/// Why a put's `bulkWrite` did not complete.
+enum BulkFailed {
+    /// The server predates the command (MongoDB 8.0) or does not know it; nothing was
+    /// written.
+    Unsupported(mongodb::error::Error),
+    /// The command failed, or one of its writes did (the writes before it are done).
+    Driver(mongodb::error::Error),
+}
+
+/// Sends a put's writes as one ordered client-level `bulkWrite` (one round trip instead of
+/// one per collection), in the put's transaction or with the saver's write concern.
+async fn bulk(
+    inner: &Inner,
+    models: Vec<WriteModel>,
+    session: Option<&mut ClientSession>,
+) -> Result<(), BulkFailed> {
+    let action = inner.client.bulk_write(models).ordered(true);
+    let sent = match session {
+        Some(s) => action.session(s).await,
+        None => {
+            action
+                .write_concern(inner.config.write_concern.clone())
+                .await
+        }
+    };
+    match sent {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(e.kind.as_ref(), ErrorKind::IncompatibleServer { .. })
+                || crate::error::codes(&e).contains(&COMMAND_NOT_FOUND) =>
+        {
+            inner.bulk_write.store(false, Ordering::Relaxed);
+            tracing::info!(
+                error = %e,
+                "the server has no bulkWrite: puts write collection by collection"
+            );
+            Err(BulkFailed::Unsupported(e))
+        }
+        Err(e) => Err(BulkFailed::Driver(e)),
+    }
+}
+
+/// A put's writes, in the order a reader needs them: the chunks and documents of the values
+/// in `todo`, the TTL refresh of every value the checkpoint names, the checkpoint document.
+fn put_models(
+    inner: &Inner,
+    p: &PreparedPut,
+    todo: &[&(Document, Option<PendingChunks>)],
+) -> Vec<WriteModel> {
+    let insert = |coll: &mongodb::Collection<Document>, d: &Document| {
+        WriteModel::from(
+            InsertOneModel::builder()
+                .namespace(coll.namespace())
+                .document(d.clone())
+                .build(),
+        )
+    };
+    let mut models: Vec<WriteModel> = todo
+        .iter()
+        .filter_map(|(_, c)| c.as_ref())
+        .flat_map(|c| c.docs.iter())
+        .map(|d| insert(&inner.chunks, d))
+        .collect();
+    models.extend(todo.iter().map(|(d, _)| insert(&inner.values, d)));
+    if let Some(x) = p.value_expiry {
+        models.push(
+            UpdateManyModel::builder()
+                .namespace(inner.values.namespace())
+                .filter(
+                    doc! { "_id": { "$in": p.named_values.clone() }, "t": p.thread_id.as_str() },
+                )
+                .update(doc! { "$max": { "x": x } })
+                .build()
+                .into(),
+        );
+    }
+    models.push(
+        ReplaceOneModel::builder()
+            .namespace(inner.checkpoints.namespace())
+            .filter(doc! {
+                "_id": p.checkpoint.get("_id").cloned().unwrap_or(Bson::Null),
+                "t": p.thread_id.as_str(),
+            })
+            .replacement(p.checkpoint.clone())
+            .upsert(true)
+            .build()
+            .into(),
+    );
+    models
 }
 
 /// An upsert's error inside a put's transaction. Two upserts that both find no document
@@ -345,6 +452,19 @@ async fn existing_ids(
 /// is stored; a failure part-way leaves only values no checkpoint names yet, and repeating
 /// the put completes it.
 async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
+    // One ordered `bulkWrite` keeps that order: the server stops at the first failing write,
+    // so the checkpoint document is written only after every value. A value stored already
+    // (a repeated or racing put) stops it too; the collection-by-collection writes below
+    // then skip what exists. Values with chunks go that way from the start, since chunks
+    // are written only for values not stored yet.
+    if inner.bulk_write.load(Ordering::Relaxed) && p.values.iter().all(|(_, c)| c.is_none()) {
+        let todo: Vec<&(Document, Option<PendingChunks>)> = p.values.iter().collect();
+        match bulk(inner, put_models(inner, p, &todo), None).await {
+            Ok(()) => return Ok(()),
+            Err(BulkFailed::Driver(e)) if !only_duplicate_keys(&e) => return Err(e.into()),
+            Err(_) => {}
+        }
+    }
     if !p.values.is_empty() {
         let mut todo: Vec<&(Document, Option<PendingChunks>)> = p.values.iter().collect();
         // Chunks are written only for values not stored yet.

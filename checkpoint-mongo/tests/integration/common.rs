@@ -71,6 +71,7 @@ pub async fn client() -> Client {
 /// Builds savers in fresh databases and drops them all on teardown.
 pub struct MongoFactory {
     mode: TransactionMode,
+    bulk_write: bool,
     tag: &'static str,
     client: OnceCell<Client>,
     databases: Mutex<Vec<String>>,
@@ -80,18 +81,28 @@ impl MongoFactory {
     pub fn new(tag: &'static str, mode: TransactionMode) -> Self {
         Self {
             mode,
+            bulk_write: true,
             tag,
             client: OnceCell::new(),
             databases: Mutex::new(Vec::new()),
         }
     }
 
+    /// Savers that write a put one command per collection, as on a server without
+    /// `bulkWrite` (before MongoDB 8.0).
+    pub fn without_bulk_write(mut self) -> Self {
+        self.bulk_write = false;
+        self
+    }
+
     pub async fn saver(&self) -> Result<MongoSaver, BoxError> {
         let client = self.client.get_or_init(client).await.clone();
         let db = unique_db(self.tag);
         self.databases.lock().unwrap().push(db.clone());
-        let saver =
-            MongoSaver::from_client(client, MongoConfig::new(db).transactions(self.mode)).await?;
+        let config = MongoConfig::new(db)
+            .transactions(self.mode)
+            .bulk_write(self.bulk_write);
+        let saver = MongoSaver::from_client(client, config).await?;
         saver.setup().await?;
         Ok(saver)
     }

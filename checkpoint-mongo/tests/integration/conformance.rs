@@ -8,3 +8,12 @@ use checkpoint_mongo::TransactionMode;
 use common::MongoFactory;
 
 checkpoint_conformance::conformance_suite!(MongoFactory::new("conf", TransactionMode::Auto));
+
+/// The same clauses with puts written one command per collection, as on servers before
+/// MongoDB 8.0 (no `bulkWrite`).
+mod per_collection {
+    use super::*;
+    checkpoint_conformance::conformance_suite!(
+        MongoFactory::new("conf1", TransactionMode::Auto).without_bulk_write()
+    );
+}

@@ -7,8 +7,10 @@ use checkpoint_core::{
     ChannelVersion, Checkpoint, CheckpointConfig, CheckpointMetadata, ListOptions, PutOptions,
     PutWritesOptions, Saver, SaverExt, Source, TypedValue,
 };
-use checkpoint_mongo::Atomicity;
-use common::{drop_saver, monitored_client, saver_with, skip};
+use checkpoint_mongo::mongodb::Client;
+use checkpoint_mongo::mongodb::bson::{Bson, doc};
+use checkpoint_mongo::{Atomicity, TransactionMode};
+use common::{CommandLog, drop_saver, monitored_client, saver_with, skip};
 
 /// A W1-shaped thread (WORKLOAD.md §4): a growing message list, a scratch value that
 /// changes every step, a 64 KiB document that never changes, and two pending writes per
@@ -158,13 +160,38 @@ async fn pages_cost_a_bounded_number_of_commands() {
     drop_saver(&saver).await;
 }
 
+/// Whether the server takes the client-level `bulkWrite` command (MongoDB 8.0, wire
+/// version 25, and later).
+async fn takes_bulk_write(client: &Client) -> bool {
+    let hello = client
+        .database("admin")
+        .run_command(doc! { "hello": 1 })
+        .await
+        .expect("hello");
+    let wire = match hello.get("maxWireVersion") {
+        Some(Bson::Int32(v)) => i64::from(*v),
+        Some(Bson::Int64(v)) => *v,
+        other => panic!("hello without a maxWireVersion: {other:?}"),
+    };
+    wire >= 25
+}
+
 #[tokio::test]
 async fn writes_send_a_fixed_number_of_commands() {
     if skip("writes_send_a_fixed_number_of_commands") {
         return;
     }
     let (client, log) = monitored_client().await;
-    let saver = saver_with(&client, |c| c).await;
+    let bulk_write = takes_bulk_write(&client).await;
+    for mode in [TransactionMode::Auto, TransactionMode::Disabled] {
+        writes_of(&client, &log, bulk_write, mode).await;
+        // Configured off, as on a server without the command.
+        writes_of(&client, &log, false, mode).await;
+    }
+}
+
+async fn writes_of(client: &Client, log: &CommandLog, bulk_write: bool, mode: TransactionMode) {
+    let saver = saver_with(client, |c| c.transactions(mode).bulk_write(bulk_write)).await;
     let configs = agent_loop(&saver, "w", 2).await;
     let c = saver
         .get_tuple(&configs[1])
@@ -186,12 +213,18 @@ async fn writes_send_a_fixed_number_of_commands() {
         .await
         .unwrap();
     let put = log.take();
-    match saver.atomicity() {
-        // head document, the new value, the checkpoint document, commit.
-        Atomicity::Transactions => {
+    match (saver.atomicity(), bulk_write) {
+        // The head document, then the new value and the checkpoint document in one
+        // command, commit.
+        (Atomicity::Transactions, true) => {
+            assert_eq!(put, ["update", "bulkWrite", "commitTransaction"])
+        }
+        // Before MongoDB 8.0, one command per collection.
+        (Atomicity::Transactions, false) => {
             assert_eq!(put, ["update", "insert", "update", "commitTransaction"])
         }
-        _ => assert_eq!(put, ["insert", "update"]),
+        (_, true) => assert_eq!(put, ["bulkWrite"]),
+        (_, false) => assert_eq!(put, ["insert", "update"]),
     }
     saver
         .put_writes(
@@ -204,5 +237,16 @@ async fn writes_send_a_fixed_number_of_commands() {
         .unwrap();
     // All writes of a call are one document: one insert, no transaction.
     assert_eq!(log.take(), ["insert"]);
+    let stored = saver.get_tuple(&config).await.unwrap().unwrap();
+    assert_eq!(
+        stored
+            .checkpoint
+            .get::<String>("scratch")
+            .unwrap()
+            .as_deref(),
+        Some("new")
+    );
+    assert_eq!(stored.parent_config.as_ref(), Some(&configs[1]));
+    assert_eq!(stored.pending_writes.len(), 1);
     drop_saver(&saver).await;
 }
