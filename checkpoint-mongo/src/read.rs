@@ -1,8 +1,9 @@
 //! Reads: `get_tuple`, and `list` as a lazy keyset-paginated stream.
 //!
-//! A page costs a bounded number of queries whatever its size: one for the checkpoint
-//! documents, one aggregation for their values and pending writes together (`$unionWith`),
-//! and one more only when some value is chunked.
+//! A page costs a bounded number of queries whatever its size: one aggregation for the
+//! checkpoint documents with their pending writes joined in, one `find` for the values they
+//! name (concurrent `find`s for very large pages), and one more only when some value is
+//! chunked.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
