@@ -406,6 +406,74 @@ async def test_langgraphs_redis_client_and_url_arguments_open_the_redis_saver(
         checkpoint_rs.RedisSaver()
 
 
+async def test_langgraphs_pymongo_client_opens_the_mongodb_saver(make_store, tmp_path):
+    """LangGraph's MongoDBSaver takes a pymongo client and `db_name` (its documented usage is
+    `MongoDBSaver(MongoClient(uri), db_name=...)`). With the import swapped, each opens the
+    saver on the client's deployment, in that database: a graph interrupts through a
+    `MongoClient`'s saver and resumes through an `AsyncMongoClient`'s."""
+    import pymongo
+
+    store = make_store("mongodb")
+    prefix = store.options["collection_prefix"]
+    db_name = store.options["database"]
+    effects = tmp_path / "effects"
+    config = {"configurable": {"thread_id": "portfolio"}}
+
+    with pymongo.MongoClient(store.target) as client:
+        checkpointer = checkpoint_rs.MongoDBSaver(
+            client, db_name=db_name, collection_prefix=prefix
+        )
+        graph = review_graph(effects).compile(checkpointer=checkpointer)
+        assert "__interrupt__" in graph.invoke({"request": "rebalance?"}, config)
+        # The saver's collections are in db_name, on the client's server.
+        assert client[db_name][f"{prefix}checkpoints"].count_documents({"t": "portfolio"}) > 0
+    client = pymongo.AsyncMongoClient(store.target)
+    checkpointer = checkpoint_rs.AsyncMongoDBSaver(
+        client=client, db_name=db_name, collection_prefix=prefix
+    )
+    await client.close()  # never used by the saver
+    graph = review_graph(effects).compile(checkpointer=checkpointer)
+    resumed = await graph.ainvoke(Command(resume="hold"), config)
+    assert resumed["steps"] == ["classify", "present", "act"]
+    assert effects_of(effects) == ["classify", "present", "act"]
+    # Without db_name, LangGraph's default database.
+    with pymongo.MongoClient(store.target) as client:
+        default_db = checkpoint_rs.MongoDBSaver(client, collection_prefix=prefix)
+        assert default_db.get_tuple(config) is None
+        default_db.drop_collections()
+
+    # Where the saver connects: the client's hosts, credentials, replica set and TLS.
+    secured = pymongo.MongoClient(
+        "mongodb://app:p%40ss%3Aword@db1.internal:27018,db2.internal/?replicaSet=rs0"
+        "&authSource=admin&authMechanism=SCRAM-SHA-256&tls=true&tlsAllowInvalidCertificates=true",
+        connect=False,
+    )
+    assert checkpoint_rs.saver._mongo_client_url(secured) == (
+        "mongodb://app:p%40ss%3Aword@db1.internal:27018,db2.internal:27017/"
+        "?replicaSet=rs0&tls=true&tlsAllowInvalidCertificates=true&authSource=admin"
+        "&authMechanism=SCRAM-SHA-256"
+    )
+    # The saver's driver takes that URL (opening without setup or a transaction probe
+    # sends nothing to those hosts).
+    checkpoint_rs.MongoDBSaver(secured, setup=False, transactions="disabled").close()
+    with pytest.raises(checkpoint_rs.InvalidInputError, match="host-name check"):
+        checkpoint_rs.MongoDBSaver(
+            pymongo.MongoClient(
+                "mongodb://db1.internal/?tls=true&tlsAllowInvalidHostnames=true", connect=False
+            )
+        )
+    with pytest.raises(checkpoint_rs.InvalidInputError, match="GSSAPI"):
+        checkpoint_rs.MongoDBSaver(
+            pymongo.MongoClient(
+                "mongodb://svc%40REALM@db1.internal/?authMechanism=GSSAPI", connect=False
+            )
+        )
+    with pytest.raises(TypeError, match="one of"):
+        checkpoint_rs.MongoDBSaver(store.target, client=secured)
+    with pytest.raises(TypeError, match="one of"):
+        checkpoint_rs.MongoDBSaver()
+
+
 def test_langgraphs_in_memory_saver_name_works_with_the_import_swapped(tmp_path):
     """`MemorySaver`, the name most LangGraph examples import, is the in-memory saver."""
     graph = review_graph(tmp_path / "effects").compile(checkpointer=checkpoint_rs.MemorySaver())

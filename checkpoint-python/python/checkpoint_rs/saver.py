@@ -218,6 +218,85 @@ def _redis_client_url(client: Any) -> Any:
     return f"{scheme}://{netloc}/{kwargs.get('db', 0)}"
 
 
+# pymongo's options (lowercased, as pymongo keeps them) that choose the server, the
+# session or the TLS of a connection, with their URL names; the others configure pymongo's
+# own client, which this saver does not use.
+_MONGO_URL_OPTIONS = {
+    "replicaset": "replicaSet",
+    "directconnection": "directConnection",
+    "loadbalanced": "loadBalanced",
+    "tls": "tls",
+    "tlsinsecure": "tlsInsecure",
+    "tlsallowinvalidcertificates": "tlsAllowInvalidCertificates",
+    "tlscafile": "tlsCAFile",
+    "tlscertificatekeyfile": "tlsCertificateKeyFile",
+    "appname": "appName",
+}
+# pymongo's TLS options the saver's driver (on rustls) does not have, when set.
+_MONGO_REFUSED = {
+    "tlsallowinvalidhostnames": "skipping the host-name check alone",
+    "tlscertificatekeyfilepassword": "an encrypted client key file",
+}
+# Authentication mechanisms a URL carries whole (user, password, source): others need
+# properties or an environment the URL does not say.
+_MONGO_URL_MECHANISMS = ("DEFAULT", "SCRAM-SHA-1", "SCRAM-SHA-256", "PLAIN", "MONGODB-X509")
+
+
+def _mongo_client_url(client: Any) -> Any:
+    """The URL of the deployment a pymongo client (``MongoClient`` or
+    ``AsyncMongoClient``) connects to, with its user, password, authentication source and
+    mechanism, replica set and TLS settings; anything else is returned as it is (the
+    constructor says what it takes)."""
+    if not type(client).__module__.startswith("pymongo."):
+        return client
+    from urllib.parse import quote, urlencode, urlsplit
+
+    try:
+        # pymongo keeps the seed list and the credentials private.
+        seeds = sorted(client._topology_settings.seeds)
+        credentials = client.options.pool_options._credentials
+        given = dict(client.options._options)
+        host = client._init_kwargs.get("host")
+    except AttributeError as e:
+        raise TypeError(
+            "MongoSaver cannot read where this pymongo client connects (this pymongo "
+            "version keeps it elsewhere): pass the URL it was opened with"
+        ) from e
+    refused = [what for key, what in _MONGO_REFUSED.items() if given.get(key)]
+    if refused:
+        raise errors.InvalidInputError(
+            f"MongoSaver's driver does not support the client's TLS setting ({refused[0]}): "
+            "connect with a certificate it verifies, or tlsAllowInvalidCertificates=true"
+        )
+    query = {
+        name: str(given[key]).lower() if isinstance(given[key], bool) else str(given[key])
+        for key, name in _MONGO_URL_OPTIONS.items()
+        if given.get(key) is not None
+    }
+    userinfo = ""
+    if credentials is not None:
+        if credentials.mechanism not in _MONGO_URL_MECHANISMS:
+            raise errors.InvalidInputError(
+                f"MongoSaver cannot connect with the client's {credentials.mechanism} "
+                "authentication: pass a URL (mongodb://...?authMechanism=...) instead"
+            )
+        if credentials.username:
+            userinfo = quote(credentials.username, safe="")
+            if credentials.password is not None:
+                userinfo += ":" + quote(credentials.password, safe="")
+            userinfo += "@"
+        query["authSource"] = credentials.source
+        if credentials.mechanism != "DEFAULT":
+            query["authMechanism"] = credentials.mechanism
+    if isinstance(host, str) and host.startswith("mongodb+srv://"):
+        # The DNS name, resolved again by the saver's driver (and its TXT options with it).
+        scheme, hosts = "mongodb+srv", urlsplit(host).hostname or ""
+    else:
+        scheme = "mongodb"
+        hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in seeds)
+    return f"{scheme}://{userinfo}{hosts}/" + ("?" + urlencode(query) if query else "")
+
+
 def _idempotent(idempotent: bool | Mapping[str, float | timedelta]) -> dict[str, Any]:
     """The native form of the ``idempotent`` option: on or off, or on with its settings
     (seconds or timedeltas; the native side knows their names)."""
@@ -1036,9 +1115,12 @@ class RedisSaver(RustCheckpointSaver):
 
 
 class MongoSaver(RustCheckpointSaver):
-    """MongoDB 6 or later: the database is the URL's path (``mongodb://host/db``) or
-    ``database=``; ``collection_prefix`` separates stores sharing a database;
-    ``setup=False`` skips creating indexes.
+    """MongoDB 6 or later: the database is the URL's path (``mongodb://host/db``),
+    ``database=`` or LangGraph's ``db_name=``; ``collection_prefix`` separates stores
+    sharing a database; ``setup=False`` skips creating indexes. As LangGraph's
+    ``MongoDBSaver``, it also takes a pymongo ``MongoClient`` or ``AsyncMongoClient``
+    (database ``db_name``, default ``"checkpointing_db"``) and connects where that client
+    does (its hosts, replica set, credentials and TLS), with connections of its own.
 
     Durability: ``transactions`` is ``"auto"`` (the default: multi-document transactions
     where the deployment has them), ``"required"`` or ``"disabled"`` (ordered idempotent
@@ -1048,8 +1130,26 @@ class MongoSaver(RustCheckpointSaver):
 
     _kind = "mongodb"
 
-    def __init__(self, url: str, **options: Any) -> None:
-        super().__init__(url, **options)
+    def __init__(
+        self,
+        url: Any = None,
+        db_name: str | None = None,
+        *,
+        client: Any = None,
+        **options: Any,
+    ) -> None:
+        # LangGraph's MongoDBSaver takes a pymongo client (positionally or as `client=`) and
+        # the database as `db_name` (default "checkpointing_db"); this saver connects where
+        # the client does, with connections of its own.
+        given = [t for t in (url, client) if t is not None]
+        if len(given) != 1:
+            raise TypeError("MongoSaver takes one of a URL or a pymongo client")
+        target = _mongo_client_url(given[0])
+        if target is not given[0]:
+            options.setdefault("database", db_name or "checkpointing_db")
+        elif db_name is not None:
+            options.setdefault("database", db_name)
+        super().__init__(target, **options)
 
     @classmethod
     def from_conn_string(
