@@ -20,6 +20,8 @@ pub(crate) const BACKEND: &str = "mongo";
 pub(crate) const DUPLICATE_KEY: i32 = 11000;
 /// Server error code of a write conflict between concurrent writers.
 pub(crate) const WRITE_CONFLICT: i32 = 112;
+/// Server error code of a command the server does not know.
+pub(crate) const COMMAND_NOT_FOUND: i32 = 59;
 
 /// Server error codes after which retrying the same call may succeed: the deployment is
 /// electing, stepping down, shutting down, unreachable or overloaded, or the operation ran
@@ -232,8 +234,9 @@ pub(crate) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
     codes(e).contains(&DUPLICATE_KEY)
 }
 
-/// For an unordered `insert_many` (or an ordered `bulkWrite` stopped by one): whether every error is a duplicate key (the documents that
-/// failed already exist) and there is no write concern error.
+/// For an unordered `insert_many`, or an ordered `bulkWrite` stopped by a write error:
+/// whether every error is a duplicate key (the documents that failed already exist) and
+/// there is no write concern error.
 pub(crate) fn only_duplicate_keys(e: &mongodb::error::Error) -> bool {
     match e.kind.as_ref() {
         ErrorKind::InsertMany(m) => {

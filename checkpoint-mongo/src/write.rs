@@ -294,9 +294,6 @@ async fn put_in_transaction(
     Ok(())
 }
 
-/// Server error code of a command the server does not know.
-const COMMAND_NOT_FOUND: i32 = 59;
-
 /// Why a put's `bulkWrite` did not complete.
 enum BulkFailed {
     /// The server predates the command (MongoDB 8.0) or does not know it; nothing was
@@ -326,7 +323,7 @@ async fn bulk(
         Ok(_) => Ok(()),
         Err(e)
             if matches!(e.kind.as_ref(), ErrorKind::IncompatibleServer { .. })
-                || crate::error::codes(&e).contains(&COMMAND_NOT_FOUND) =>
+                || crate::error::codes(&e).contains(&crate::error::COMMAND_NOT_FOUND) =>
         {
             inner.bulk_write.store(false, Ordering::Relaxed);
             tracing::info!(
