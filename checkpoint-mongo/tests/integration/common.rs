@@ -149,12 +149,14 @@ impl CommandLog {
 
 /// A client for the test server that records every command it sends.
 pub async fn monitored_client() -> (Client, CommandLog) {
+    monitored_client_at(&url().expect("CHECKPOINT_TEST_MONGO_URL")).await
+}
+
+/// A client for the server at `url` that records every command it sends.
+pub async fn monitored_client_at(url: &str) -> (Client, CommandLog) {
     use checkpoint_mongo::mongodb::event::EventHandler;
     use checkpoint_mongo::mongodb::event::command::CommandEvent;
-    let url = url().expect("CHECKPOINT_TEST_MONGO_URL");
-    let mut options = ClientOptions::parse(&url)
-        .await
-        .expect("parse the test URL");
+    let mut options = ClientOptions::parse(url).await.expect("parse the URL");
     let log = CommandLog::default();
     let sink = log.clone();
     options.command_event_handler = Some(EventHandler::callback(move |e: CommandEvent| {

@@ -250,3 +250,101 @@ async fn writes_of(client: &Client, log: &CommandLog, bulk_write: bool, mode: Tr
     assert_eq!(stored.pending_writes.len(), 1);
     drop_saver(&saver).await;
 }
+
+/// A TCP proxy in front of `upstream` that makes it look like an older server: every
+/// `maxWireVersion` field in its replies (the handshake's `hello`) reads `wire`, so the
+/// driver treats it as that MongoDB version. Replies are forwarded whole (their length
+/// prefix frames them) and the rewrite keeps their length; requests pass unchanged.
+async fn older_server(upstream: String, wire: i32) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let Ok(outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (mut from_client, mut to_client) = inbound.into_split();
+                let (mut from_server, mut to_server) = outbound.into_split();
+                let replies = async {
+                    loop {
+                        let mut head = [0u8; 4];
+                        from_server.read_exact(&mut head).await?;
+                        let len = usize::try_from(i32::from_le_bytes(head))
+                            .unwrap_or(4)
+                            .max(4);
+                        let mut message = vec![0u8; len];
+                        message[..4].copy_from_slice(&head);
+                        from_server.read_exact(&mut message[4..]).await?;
+                        let field = b"\x10maxWireVersion\x00";
+                        let mut at = 0;
+                        while let Some(i) =
+                            message[at..].windows(field.len()).position(|w| w == field)
+                        {
+                            let value = at + i + field.len();
+                            message[value..value + 4].copy_from_slice(&wire.to_le_bytes());
+                            at = value + 4;
+                        }
+                        to_client.write_all(&message).await?;
+                    }
+                    #[allow(unreachable_code)]
+                    Ok::<(), std::io::Error>(())
+                };
+                tokio::select! {
+                    _ = tokio::io::copy(&mut from_client, &mut to_server) => {}
+                    _ = replies => {}
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn before_mongodb_8_a_put_writes_collection_by_collection() {
+    if skip("before_mongodb_8_a_put_writes_collection_by_collection") {
+        return;
+    }
+    use checkpoint_mongo::mongodb::options::ClientOptions;
+    use checkpoint_mongo::{MongoConfig, MongoSaver};
+
+    let url = common::url().expect("checked by skip");
+    let upstream = ClientOptions::parse(&url).await.unwrap().hosts[0].to_string();
+    // MongoDB 7.0 (wire version 21): no client-level bulkWrite. A direct connection, so
+    // the driver does not discover the server's own address and bypass the proxy.
+    let port = older_server(upstream, 21).await;
+    let (client, log) = common::monitored_client_at(&format!(
+        "mongodb://127.0.0.1:{port}/?directConnection=true&serverSelectionTimeoutMS=5000"
+    ))
+    .await;
+    assert!(
+        !takes_bulk_write(&client).await,
+        "the proxy reports MongoDB 7.0"
+    );
+    for mode in [TransactionMode::Auto, TransactionMode::Disabled] {
+        let config = MongoConfig::new(common::unique_db("old")).transactions(mode);
+        let saver = MongoSaver::from_client(client.clone(), config)
+            .await
+            .unwrap();
+        saver.setup().await.unwrap();
+        // The saver is configured to try bulkWrite: the driver refuses it before sending
+        // anything, the saver falls back, and every put of the thread stores.
+        log.clear();
+        let configs = agent_loop(&saver, "old", 3).await;
+        let sent = log.take();
+        assert!(!sent.iter().any(|c| c == "bulkWrite"), "{mode:?}: {sent:?}");
+        let latest = saver
+            .get_tuple(&CheckpointConfig::new("old"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(latest.config, configs[2]);
+        assert_eq!(latest.checkpoint.channel_values.len(), 3);
+        assert_eq!(latest.pending_writes.len(), 2);
+        let history = saver.list_all(ListOptions::thread("old")).await.unwrap();
+        assert_eq!(history.len(), 3);
+        drop_saver(&saver).await;
+    }
+}
