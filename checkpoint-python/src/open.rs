@@ -58,6 +58,9 @@ pub(crate) struct Options {
     /// How often a background task sweeps expired threads (memory, SQLite, PostgreSQL,
     /// Redis); started by the caller once the saver is open.
     pub(crate) sweep_interval: Option<Duration>,
+    /// The time to live of every checkpoint and pending write from when it was written, by
+    /// TTL indexes (MongoDB: LangGraph's `MongoDBSaver(ttl=seconds)`).
+    pub(crate) collection_ttl: Option<Duration>,
 }
 
 /// Which wrappers of `checkpoint-sanitize` to put around the backend (outermost first:
@@ -86,6 +89,7 @@ fn reject_options(backend: &str, options: &Options, allowed: &[&str]) -> Result<
         ("max_connections", options.max_connections.is_some()),
         ("transaction_pooling", options.transaction_pooling.is_some()),
         ("allow_eviction", options.allow_eviction.is_some()),
+        ("collection_ttl", options.collection_ttl.is_some()),
         (
             "ttl",
             options.default_ttl.is_some()
@@ -230,6 +234,7 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
                     "collection_prefix",
                     "transactions",
                     "write_concern",
+                    "collection_ttl",
                 ],
             )?;
             let database = options
@@ -242,7 +247,7 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
                             .into(),
                     )
                 })?;
-            let mut config = MongoConfig::new(database);
+            let mut config = MongoConfig::new(database).ttl(options.collection_ttl);
             if let Some(prefix) = options.collection_prefix {
                 config = config.collection_prefix(prefix);
             }

@@ -326,7 +326,7 @@ impl NativeSaver {
         transactions=None, write_concern=None, max_connections=None, transaction_pooling=None,
         allow_eviction=None, setup=true,
         default_ttl_minutes=None, refresh_on_read=None, sweep_interval_minutes=None,
-        timeout_seconds=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
+        collection_ttl_seconds=None, timeout_seconds=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
         idempotent_settings=None, compare_and_set=false
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -347,6 +347,7 @@ impl NativeSaver {
         default_ttl_minutes: Option<f64>,
         refresh_on_read: Option<bool>,
         sweep_interval_minutes: Option<f64>,
+        collection_ttl_seconds: Option<f64>,
         timeout_seconds: Option<f64>,
         sanitize_on_load: bool,
         pending_markers: bool,
@@ -388,6 +389,9 @@ impl NativeSaver {
             refresh_on_read,
             sweep_interval: sweep_interval_minutes
                 .map(|m| ttl_duration("sweep_interval_minutes", m * 60.0))
+                .transpose()?,
+            collection_ttl: collection_ttl_seconds
+                .map(|s| ttl_duration("ttl", s))
                 .transpose()?,
         };
         let recipe = Recipe {

@@ -474,6 +474,53 @@ async def test_langgraphs_pymongo_client_opens_the_mongodb_saver(make_store, tmp
         checkpoint_rs.MongoDBSaver()
 
 
+def test_langgraphs_mongodb_ttl_in_seconds_expires_checkpoints_by_index(make_store):
+    """LangGraph's MongoDBSaver takes `ttl` as seconds: each checkpoint and pending write
+    expires that long after it was written, removed by TTL indexes. The same argument gives
+    this saver's documents that expiry and `setup` the TTL indexes; LangGraph's collection
+    name arguments, which name collections this saver does not have, are refused."""
+    import datetime as dt
+
+    import pymongo
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    store = make_store("mongodb")
+    prefix = store.options["collection_prefix"]
+    db_name = store.options["database"]
+    config = {"configurable": {"thread_id": "short-lived", "checkpoint_ns": ""}}
+    saver = checkpoint_rs.MongoDBSaver(
+        store.target, db_name=db_name, collection_prefix=prefix, ttl=3600
+    )
+    before = dt.datetime.now(dt.timezone.utc)
+    stored = saver.put(config, empty_checkpoint(), {"step": 0}, {})
+    saver.put_writes(stored, [("messages", "hi")], "task-1")
+    after = dt.datetime.now(dt.timezone.utc)
+    with pymongo.MongoClient(store.target, tz_aware=True) as client:
+        db = client[db_name]
+        for name in ("checkpoints", "checkpoint_writes"):
+            indexes = db[f"{prefix}{name}"].index_information()
+            assert indexes["ttl"]["expireAfterSeconds"] == 0, name
+            expiry = db[f"{prefix}{name}"].find_one({"t": "short-lived"})["x"]
+            hour = dt.timedelta(hours=1)
+            assert before + hour - dt.timedelta(seconds=1) <= expiry <= after + hour, name
+    saver.drop_collections()
+    # A timedelta is seconds too; nonsense is a typed error that opens nothing.
+    checkpoint_rs.MongoDBSaver(
+        store.target, db_name=db_name, collection_prefix=prefix, ttl=dt.timedelta(hours=1)
+    ).drop_collections()
+    for bad in (0, -5, True, "3600"):
+        with pytest.raises(checkpoint_rs.InvalidInputError, match="ttl"):
+            checkpoint_rs.MongoDBSaver(store.target, db_name=db_name, ttl=bad)
+    with pytest.raises(checkpoint_rs.InvalidInputError, match="checkpoint_collection_name"):
+        checkpoint_rs.MongoDBSaver(
+            store.target, db_name=db_name, checkpoint_collection_name="checkpoints"
+        )
+    # Other classes' ttl is LangGraph's TTLConfig mapping; MongoDB's retention is per
+    # document, so that mapping stays an error here.
+    with pytest.raises(checkpoint_rs.InvalidInputError, match="ttl"):
+        checkpoint_rs.MongoDBSaver(store.target, db_name=db_name, ttl={"default_ttl": 60})
+
+
 def test_langgraphs_in_memory_saver_name_works_with_the_import_swapped(tmp_path):
     """`MemorySaver`, the name most LangGraph examples import, is the in-memory saver."""
     graph = review_graph(tmp_path / "effects").compile(checkpointer=checkpoint_rs.MemorySaver())

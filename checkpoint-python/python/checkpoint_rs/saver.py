@@ -422,7 +422,8 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       another holder), ``claim_ttl`` (60; how long a running effect's claim protects it:
       keep it well above the effect's duration), ``pending_wait`` (120; how long
       :meth:`once` waits for another holder running the same effect).
-    * ``ttl`` (every backend but MongoDB), with the keys of LangGraph's ``TTLConfig``:
+    * ``ttl`` (every backend but MongoDB, whose ``ttl`` is seconds, as LangGraph's
+      ``MongoDBSaver`` takes it), with the keys of LangGraph's ``TTLConfig``:
       ``{"default_ttl": minutes, "refresh_on_read": bool, "sweep_interval_minutes":
       minutes}``. A thread expires that long after its last write (or, with
       ``refresh_on_read``, its last ``get_tuple``) and is invisible at once;
@@ -1121,6 +1122,9 @@ class MongoSaver(RustCheckpointSaver):
     ``MongoDBSaver``, it also takes a pymongo ``MongoClient`` or ``AsyncMongoClient``
     (database ``db_name``, default ``"checkpointing_db"``) and connects where that client
     does (its hosts, replica set, credentials and TLS), with connections of its own.
+    ``ttl`` is, as there, a number of seconds (or a ``timedelta``): every checkpoint and
+    pending write expires that long after it was written, removed by TTL indexes that
+    ``setup`` creates.
 
     Durability: ``transactions`` is ``"auto"`` (the default: multi-document transactions
     where the deployment has them), ``"required"`` or ``"disabled"`` (ordered idempotent
@@ -1144,6 +1148,21 @@ class MongoSaver(RustCheckpointSaver):
         given = [t for t in (url, client) if t is not None]
         if len(given) != 1:
             raise TypeError("MongoSaver takes one of a URL or a pymongo client")
+        named = [k for k in ("checkpoint_collection_name", "writes_collection_name") if k in options]
+        if named:
+            raise errors.InvalidInputError(
+                f"MongoSaver has no option {named[0]!r}: its collections are its own "
+                "(checkpoints, checkpoint_values, ...), named after collection_prefix="
+            )
+        ttl = options.pop("ttl", None)
+        if isinstance(ttl, timedelta):
+            ttl = ttl.total_seconds()
+        if ttl is not None and not isinstance(ttl, Mapping):
+            # LangGraph's MongoDBSaver(ttl=seconds): every checkpoint and pending write
+            # expires that long after it was written (TTL indexes, made by setup).
+            options["collection_ttl_seconds"] = _positive(ttl, "ttl", "seconds")
+        elif ttl is not None:
+            options["ttl"] = ttl
         target = _mongo_client_url(given[0])
         if target is not given[0]:
             options.setdefault("database", db_name or "checkpointing_db")
