@@ -176,6 +176,15 @@ async fn takes_bulk_write(client: &Client) -> bool {
     wire >= 25
 }
 
+/// The atomicity a mode gets on the test server, a replica set (so the transaction paths
+/// are the ones a test of `Auto` exercises).
+fn atomicity_of(mode: TransactionMode) -> Atomicity {
+    match mode {
+        TransactionMode::Disabled => Atomicity::OrderedWrites,
+        _ => Atomicity::Transactions,
+    }
+}
+
 #[tokio::test]
 async fn writes_send_a_fixed_number_of_commands() {
     if skip("writes_send_a_fixed_number_of_commands") {
@@ -192,6 +201,11 @@ async fn writes_send_a_fixed_number_of_commands() {
 
 async fn writes_of(client: &Client, log: &CommandLog, bulk_write: bool, mode: TransactionMode) {
     let saver = saver_with(client, |c| c.transactions(mode).bulk_write(bulk_write)).await;
+    assert_eq!(
+        saver.atomicity(),
+        atomicity_of(mode),
+        "the test server is a replica set"
+    );
     let configs = agent_loop(&saver, "w", 2).await;
     let c = saver
         .get_tuple(&configs[1])
@@ -329,6 +343,12 @@ async fn before_mongodb_8_a_put_writes_collection_by_collection() {
             .await
             .unwrap();
         saver.setup().await.unwrap();
+        // Both paths: the transaction's attempt is rerun, the ordered put continues.
+        assert_eq!(
+            saver.atomicity(),
+            atomicity_of(mode),
+            "through the proxy too"
+        );
         // The saver is configured to try bulkWrite: the driver refuses it before sending
         // anything, the saver falls back, and every put of the thread stores.
         log.clear();
