@@ -16,13 +16,14 @@ use crate::CliError;
 
 /// The URL schemes [`Store::parse`] accepts, as shown in help and errors.
 pub const SCHEMES: &str = "sqlite://PATH, postgres://..., redis://... (rediss://), \
-                           redis+cluster://HOST:PORT[,HOST:PORT...], mongodb://.../DB, \
+                           redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] \
+                           (rediss+cluster://), mongodb://.../DB, \
                            langgraph-sqlite://PATH, langgraph-mongodb://.../DB (read-only)";
 
 /// The store options a URL's query may carry, per scheme, as shown in help. They are taken
 /// out of the URL before its driver sees it; every other parameter goes to the driver.
 pub const STORE_PARAMETERS: &str = "postgres://...?schema=NAME&transaction_pooling=true, \
-                                    redis://...?key_prefix=PREFIX (also redis+cluster://), \
+                                    redis://...?key_prefix=PREFIX (also redis+cluster://...), \
                                     mongodb://.../DB?collection_prefix=PREFIX";
 
 /// Which backend a URL names, and how to reach it.
@@ -49,7 +50,7 @@ pub enum Store {
         /// `?key_prefix=`: the prefix of the saver's keys (default: the saver's).
         key_prefix: Option<String>,
     },
-    /// A Redis Cluster, by its seed nodes (`redis://host:port` each).
+    /// A Redis Cluster, by its seed nodes (`redis[s]://[user:password@]host:port` each).
     RedisCluster {
         /// The seed nodes.
         nodes: Vec<String>,
@@ -158,22 +159,12 @@ impl Store {
                     key_prefix: params.remove("key_prefix"),
                 })
             }
-            "redis+cluster" => {
+            "redis+cluster" | "rediss+cluster" => {
                 let (url, mut params) = take_params(url, &["key_prefix"])?;
-                let rest = url
-                    .split_once("://")
-                    .map_or("", |(_, rest)| rest)
-                    .split(['?', '#'])
-                    .next()
-                    .unwrap_or_default();
-                let nodes: Vec<String> = rest
-                    .split(',')
-                    .filter(|n| !n.is_empty())
-                    .map(|n| format!("redis://{n}"))
-                    .collect();
-                if nodes.is_empty() {
-                    return Err(bad("redis+cluster:// needs at least one node"));
-                }
+                let nodes = checkpoint_redis::cluster_nodes(&url).map_err(|e| match e {
+                    checkpoint_core::Error::InvalidInput { reason } => CliError::Url(reason),
+                    other => CliError::Url(other.to_string()),
+                })?;
                 Ok(Store::RedisCluster {
                     nodes,
                     key_prefix: params.remove("key_prefix"),
@@ -503,6 +494,8 @@ mod tests {
             "mongodb://h:27017",
             "langgraph-mongodb://h:27017/",
             "redis+cluster://",
+            "redis+cluster://a:7000,,b:7001",
+            "redis+cluster://u:p@a:7000,v:q@b:7001",
         ] {
             assert!(matches!(Store::parse(bad), Err(CliError::Url(_))), "{bad}");
         }
@@ -535,6 +528,16 @@ mod tests {
             Store::parse("redis+cluster://a:7000,b:7001?key_prefix=x").unwrap(),
             Store::RedisCluster {
                 nodes: vec!["redis://a:7000".into(), "redis://b:7001".into()],
+                key_prefix: Some("x".into())
+            }
+        );
+        assert_eq!(
+            Store::parse("rediss+cluster://u:pw@a:7000,b:7001/?key_prefix=x#insecure").unwrap(),
+            Store::RedisCluster {
+                nodes: vec![
+                    "rediss://u:pw@a:7000/#insecure".into(),
+                    "rediss://u:pw@b:7001/#insecure".into()
+                ],
                 key_prefix: Some("x".into())
             }
         );

@@ -319,7 +319,7 @@ impl Drop for NativeSaver {
 #[pymethods]
 impl NativeSaver {
     /// Opens `kind` (`memory`, `sqlite`, `postgres`, `redis`, `redis-cluster`, `mongodb`) at
-    /// `target` (a path or URL; for `redis-cluster`, comma-separated node URLs).
+    /// `target` (a path or URL; for `redis-cluster`, a `redis[s]+cluster://` URL).
     #[new]
     #[pyo3(signature = (
         kind, target, *, schema=None, key_prefix=None, database=None, collection_prefix=None,
@@ -361,14 +361,9 @@ impl NativeSaver {
             "sqlite" => Backend::Sqlite(target),
             "postgres" => Backend::Postgres(target),
             "redis" => Backend::Redis(target),
-            "redis-cluster" => Backend::RedisCluster(
-                target
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-            ),
+            "redis-cluster" => {
+                Backend::RedisCluster(checkpoint_redis::cluster_nodes(&target).map_err(to_py)?)
+            }
             "mongodb" => Backend::Mongo(target),
             other => return Err(PyValueError::new_err(format!("unknown backend {other:?}"))),
         };

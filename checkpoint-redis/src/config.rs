@@ -73,10 +73,84 @@ impl fmt::Debug for RedisSaverBuilder {
     }
 }
 
+/// The node URLs of a Redis Cluster written as one URL:
+/// `redis+cluster://[user[:password]@]host[:port][,host[:port]...][/0][#insecure]`, or
+/// `rediss+cluster://...` for TLS.
+///
+/// The nodes are some of the Cluster's primaries (the client discovers the rest); a node
+/// without a port is at 6379. The credentials, the scheme and what follows the nodes apply
+/// to every node, as the Cluster client needs them equal: the result is one
+/// `redis[s]://[user:password@]host:port[...]` URL per node. The credentials may be given
+/// once, before the first node, or before every node alike; a `,` or `@` in them is written
+/// `%2C` or `%40`. Anything else is [`Error::InvalidInput`], with the password redacted.
+///
+/// ```
+/// assert_eq!(
+///     checkpoint_redis::cluster_nodes("rediss+cluster://app:pw@a:7000,b:7001").unwrap(),
+///     ["rediss://app:pw@a:7000", "rediss://app:pw@b:7001"],
+/// );
+/// ```
+pub fn cluster_nodes(url: &str) -> Result<Vec<String>> {
+    let bad = |why: &str| Error::invalid(format!("Redis Cluster URL {}: {why}", redact_url(url)));
+    let (scheme, rest) = match url.split_once("://") {
+        Some(("redis+cluster", rest)) => ("redis", rest),
+        Some(("rediss+cluster", rest)) => ("rediss", rest),
+        _ => return Err(bad("expected redis+cluster:// or rediss+cluster://")),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let mut credentials: Option<&str> = None;
+    let mut hosts = Vec::new();
+    for node in authority.split(',') {
+        let host = match node.rsplit_once('@') {
+            Some((userinfo, host)) => {
+                if credentials.is_some_and(|c| c != userinfo) {
+                    return Err(bad(
+                        "the nodes name different credentials (a Cluster has one set)",
+                    ));
+                }
+                credentials = Some(userinfo);
+                host
+            }
+            None => node,
+        };
+        if host.is_empty() {
+            return Err(bad("a node is empty (expected host[:port] between commas)"));
+        }
+        hosts.push(host);
+    }
+    let userinfo = credentials.map_or(String::new(), |c| format!("{c}@"));
+    Ok(hosts
+        .into_iter()
+        .map(|host| format!("{scheme}://{userinfo}{host}{tail}"))
+        .collect())
+}
+
+/// Whether `url` names a Redis Cluster (see [`cluster_nodes`]).
+fn is_cluster_url(url: &str) -> bool {
+    url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://")
+}
+
+#[cfg(feature = "cluster")]
+fn cluster_target(url: &str) -> Result<Target> {
+    Ok(Target::Cluster(cluster_nodes(url)?))
+}
+
+#[cfg(not(feature = "cluster"))]
+fn cluster_target(url: &str) -> Result<Target> {
+    cluster_nodes(url)?;
+    Err(Error::invalid(
+        "a Redis Cluster URL needs checkpoint-redis's `cluster` feature",
+    ))
+}
+
 impl RedisSaverBuilder {
-    /// A single server at `url` (`redis://[user:password@]host:port[/db]`, or, with the
-    /// default `tls-rustls` feature, `rediss://` for TLS; `#insecure` at the end skips
-    /// verifying the server's certificate).
+    /// The server or Cluster at `url`: a single server as
+    /// `redis://[user:password@]host:port[/db]`, or, with the default `tls-rustls` feature,
+    /// `rediss://` for TLS (`#insecure` at the end skips verifying the server's
+    /// certificate); with the default `cluster` feature, a Cluster as
+    /// `redis+cluster://[user:password@]host:port,host:port` (`rediss+cluster://` for TLS;
+    /// see [`cluster_nodes`]).
     pub fn new(url: impl Into<String>) -> Self {
         Self::with_target(Target::Url(url.into()))
     }
@@ -193,8 +267,12 @@ impl RedisSaverBuilder {
         if self.default_ttl.is_some_and(|t| t.as_millis() == 0) {
             return Err(Error::invalid("default_ttl must be at least 1 ms"));
         }
+        let target = match &self.target {
+            Target::Url(url) if is_cluster_url(url) => cluster_target(url)?,
+            other => other.clone(),
+        };
         let redacted = redacted_target(&self.target);
-        let link = match &self.target {
+        let link = match &target {
             Target::Url(url) => {
                 let client =
                     redis::Client::open(url.as_str()).map_err(|e| Error::InvalidInput {
@@ -482,6 +560,49 @@ mod tests {
             let b = RedisSaverBuilder::cluster(["redis://u:p4ss@a:1", "redis://b:2"]);
             let shown = format!("{b:?}");
             assert!(!shown.contains("p4ss"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn cluster_urls_become_one_url_per_node_with_the_same_credentials() {
+        assert_eq!(
+            cluster_nodes("redis+cluster://a:7000,b:7001").unwrap(),
+            ["redis://a:7000", "redis://b:7001"]
+        );
+        // Credentials once (or before every node alike) apply to all; so do the scheme
+        // and what follows the nodes.
+        for url in [
+            "rediss+cluster://app:p%2Cw@a:7000,[::1]:7001/0#insecure",
+            "rediss+cluster://app:p%2Cw@a:7000,app:p%2Cw@[::1]:7001/0#insecure",
+        ] {
+            assert_eq!(
+                cluster_nodes(url).unwrap(),
+                [
+                    "rediss://app:p%2Cw@a:7000/0#insecure",
+                    "rediss://app:p%2Cw@[::1]:7001/0#insecure"
+                ],
+                "{url}"
+            );
+        }
+        assert_eq!(
+            cluster_nodes("redis+cluster://:pw@a").unwrap(),
+            ["redis://:pw@a"]
+        );
+        for bad in [
+            "redis://a:7000",
+            "redis+cluster:/a:7000",
+            "redis+cluster://",
+            "redis+cluster://a:7000,",
+            "redis+cluster://a:7000,,b:7001",
+            "redis+cluster://u:s3cret@a:7000,v:s3cret@b:7001",
+            "redis+cluster://u:s3cret@",
+        ] {
+            match cluster_nodes(bad) {
+                Err(Error::InvalidInput { reason }) => {
+                    assert!(!reason.contains("s3cret"), "{reason}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
         }
     }
 

@@ -14,7 +14,7 @@ mod saver;
 mod scripts;
 mod write;
 
-pub use config::{DEFAULT_KEY_PREFIX, RedisSaverBuilder, ThreadTtl};
+pub use config::{DEFAULT_KEY_PREFIX, RedisSaverBuilder, ThreadTtl, cluster_nodes};
 
 /// Entry points for the fuzz targets in `fuzz/`; not part of the API.
 #[cfg(feature = "fuzzing")]

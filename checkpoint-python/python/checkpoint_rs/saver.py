@@ -1098,11 +1098,8 @@ class RedisSaver(RustCheckpointSaver):
         target = given[0]
         if redis_client is not None:
             target = _redis_client_url(redis_client)
-        if isinstance(target, str):
-            scheme, _, rest = target.partition("://")
-            if scheme == "redis+cluster":
-                self._kind = "redis-cluster"
-                target = ",".join(f"redis://{node}" for node in rest.split(",") if node)
+        if isinstance(target, str) and target.startswith(("redis+cluster:", "rediss+cluster:")):
+            self._kind = "redis-cluster"
         super().__init__(target, **options)
 
     def purge(self) -> int:

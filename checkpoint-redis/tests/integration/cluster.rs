@@ -106,7 +106,8 @@ fn cluster_nodes() -> Option<Vec<String>> {
 }
 
 /// The cluster really spreads threads over its primaries, and every key of one thread sits
-/// in one slot (the thread's hash tag), so each thread script runs on one node.
+/// in one slot (the thread's hash tag), so each thread script runs on one node. (The saver
+/// is opened by a `redis+cluster://` URL, the conformance suite's by a list of nodes.)
 #[test]
 fn threads_spread_over_primaries_and_each_thread_stays_in_one_slot() {
     use checkpoint_conformance::fixtures::{cfg, step, val};
@@ -117,7 +118,11 @@ fn threads_spread_over_primaries_and_each_thread_stays_in_one_slot() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let prefix = common::unique_prefix("spread");
-        let saver = RedisSaverBuilder::cluster(nodes.clone())
+        let hosts: Vec<&str> = nodes
+            .iter()
+            .map(|n| n.trim_start_matches("redis://"))
+            .collect();
+        let saver = RedisSaverBuilder::new(format!("redis+cluster://{}", hosts.join(",")))
             .key_prefix(prefix.clone())
             .build()
             .await
