@@ -339,16 +339,23 @@ impl RedisSaverBuilder {
     }
 }
 
-/// `e`, when the server could not be reached, naming the server (its URL with the password
-/// redacted): a resolver's or socket's message alone does not say which one.
+/// `e`, when connecting to the server failed, naming the server (its URL with the password
+/// redacted): a resolver's, socket's or handshake's message alone does not say which one.
 fn unreachable_at(e: Error, target: &str) -> Error {
+    let at = |source| {
+        Box::new(Unreachable {
+            target: target.to_owned(),
+            source,
+        })
+    };
     match e {
         Error::Unavailable { backend, source } => Error::Unavailable {
             backend,
-            source: Box::new(Unreachable {
-                target: target.to_owned(),
-                source,
-            }),
+            source: at(source),
+        },
+        Error::Backend { backend, source } => Error::Backend {
+            backend,
+            source: at(source),
         },
         other => other,
     }

@@ -45,7 +45,13 @@ impl From<RedisError> for RedisSaverError {
 /// timeout, the server (or cluster) is temporarily unable to serve, or it refuses writes at
 /// its memory limit (`OOM`, under `noeviction`: memory frees up as threads are deleted or
 /// expire, as a full disk does for the SQLite saver).
+///
+/// Refused credentials are not: the driver marks them for reconnecting (a token may have
+/// been refreshed since), but the same call with the same credentials fails again.
 pub(crate) fn redis_is_transient(e: &RedisError) -> bool {
+    if authentication_failed(e) {
+        return false;
+    }
     if e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
@@ -68,6 +74,15 @@ pub(crate) fn redis_is_transient(e: &RedisError) -> bool {
                     | ServerErrorKind::Ask
             )
     )
+}
+
+/// Whether the server refused the connection's credentials. The Cluster client reports a
+/// first connection that failed on every node as I/O, with the node's error only as text.
+fn authentication_failed(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed
+        || (e.kind() == ErrorKind::Io
+            && e.detail()
+                .is_some_and(|d| d.contains("AuthenticationFailed")))
 }
 
 /// Whether the server refused a command at its memory limit, alone or inside a `MULTI`
@@ -150,6 +165,31 @@ mod tests {
         );
         let core: Error = RedisSaverError::PoolTimeout.into();
         assert!(core.is_transient());
+    }
+
+    #[test]
+    fn refused_credentials_are_backend_errors() {
+        // As the driver reports them from one server, and from a Cluster's first connect.
+        let single = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        let cluster = RedisError::from((
+            ErrorKind::Io,
+            "Failed to create initial connections",
+            "Io: Password authentication failed - AuthenticationFailed".to_owned(),
+        ));
+        for e in [single, cluster] {
+            let core: Error = RedisSaverError::Redis(e).into();
+            assert!(!core.is_transient(), "{core}");
+            assert!(matches!(core, Error::Backend { .. }), "{core}");
+        }
+        let refused = RedisError::from((
+            ErrorKind::Io,
+            "Failed to create initial connections",
+            "Io: Connection refused (os error 111)".to_owned(),
+        ));
+        assert!(redis_is_transient(&refused));
     }
 
     #[test]
