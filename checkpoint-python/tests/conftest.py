@@ -120,3 +120,95 @@ def make_store(tmp_path: Path):
     yield make
     for store in made:
         store.destroy()
+
+
+def _free_cluster_ports(count: int, start: int = 7301) -> list[int]:
+    """`count` consecutive loopback ports, each with its Cluster bus port (+10000) free."""
+    import socket
+
+    def free(port: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+            return True
+
+    for base in range(start, start + 600, count):
+        ports = list(range(base, base + count))
+        if all(free(p) and free(p + 10000) for p in ports):
+            return ports
+    raise RuntimeError(f"no {count} free Cluster ports from {start} on")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """A Redis Cluster of 3 primaries on loopback ports, every node requiring a password
+    (one with `,`, `@` and a space, which URLs must escape), started for the session and
+    stopped after it: `(nodes as "host:port", password)`."""
+    import shutil
+    import subprocess
+    import time
+
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if not server or not cli:
+        message = "redis-server and redis-cli are not installed (scripts/services/redis.sh)"
+        if servers_required():
+            pytest.fail(message + "; required under CI=true or CHECKPOINT_TEST_REQUIRE=1")
+        pytest.skip(message)
+    password = "cl,ust@r pw"
+    directory = tmp_path_factory.mktemp("redis-cluster")
+    ports = _free_cluster_ports(3)
+    nodes = [f"127.0.0.1:{port}" for port in ports]
+    processes = []
+
+    def ask(port: int, *args: str, timeout: float = 10) -> str:
+        out = subprocess.run(
+            [cli, "-h", "127.0.0.1", "-p", str(port), "-a", password, "--no-auth-warning", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return out.stdout + out.stderr
+
+    def wait(what: str, ready) -> None:
+        deadline = time.monotonic() + 30
+        while not ready():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the test Redis Cluster: {what} within 30 s")
+            time.sleep(0.1)
+
+    try:
+        for port in ports:
+            processes.append(
+                subprocess.Popen(
+                    [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
+                     "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
+                     "--cluster-node-timeout", "5000", "--appendonly", "no", "--save", "",
+                     "--requirepass", password, "--masterauth", password],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        for port in ports:
+            wait(f"node {port} answers PING", lambda port=port: "PONG" in ask(port, "ping"))
+        created = ask(
+            ports[0], "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes",
+            timeout=60,
+        )
+        if "All 16384 slots covered" not in created:
+            pytest.fail(f"redis-cli --cluster create failed:\n{created}")
+        for port in ports:
+            wait(
+                f"node {port} reports cluster_state:ok",
+                lambda port=port: "cluster_state:ok" in ask(port, "cluster", "info"),
+            )
+        yield nodes, password
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -404,6 +405,76 @@ async def test_langgraphs_redis_client_and_url_arguments_open_the_redis_saver(
         checkpoint_rs.RedisSaver(store.target, redis_client=client)
     with pytest.raises(TypeError, match="one of"):
         checkpoint_rs.RedisSaver()
+
+
+async def test_langgraphs_redis_cluster_client_opens_the_redis_saver(redis_cluster, tmp_path):
+    """LangGraph's RedisSaver also takes a redis-py `RedisCluster` as `redis_client=` (it
+    switches to cluster mode by itself). With the import swapped, on a Cluster whose nodes
+    require a password: a graph interrupts through a sync `RedisCluster`'s saver, resumes
+    through an asyncio `RedisCluster`'s, and the thread reads back through the
+    `redis+cluster://` URL, whose credentials apply to every node."""
+    from urllib.parse import quote
+
+    import redis.asyncio.cluster
+    import redis.cluster
+    import redis.credentials
+
+    nodes, password = redis_cluster
+    host, port = nodes[0].split(":")
+    prefix = f"cprs-py-{uuid.uuid4().hex[:10]}"
+    effects = tmp_path / "effects"
+    config = {"configurable": {"thread_id": "portfolio"}}
+    url = f"redis+cluster://:{quote(password, safe='')}@{','.join(nodes)}"
+    try:
+        with redis.cluster.RedisCluster(host=host, port=int(port), password=password) as client:
+            checkpointer = checkpoint_rs.RedisSaver(redis_client=client, key_prefix=prefix)
+            graph = review_graph(effects).compile(checkpointer=checkpointer)
+            assert "__interrupt__" in graph.invoke({"request": "rebalance?"}, config)
+            # The saver's keys are on the client's Cluster, under the prefix.
+            assert client.keys(f"{prefix}*", target_nodes=redis.cluster.RedisCluster.PRIMARIES)
+        client = redis.asyncio.cluster.RedisCluster(
+            startup_nodes=[
+                redis.asyncio.cluster.ClusterNode(h, int(p))
+                for h, p in (node.split(":") for node in nodes[1:])
+            ],
+            password=password,
+        )
+        checkpointer = checkpoint_rs.AsyncRedisSaver(redis_client=client, key_prefix=prefix)
+        await client.aclose()  # never used by the saver
+        graph = review_graph(effects).compile(checkpointer=checkpointer)
+        resumed = await graph.ainvoke(Command(resume="hold"), config)
+        assert resumed["steps"] == ["classify", "present", "act"]
+        assert effects_of(effects) == ["classify", "present", "act"]
+        by_url = checkpoint_rs.RedisSaver(url, key_prefix=prefix)
+        assert by_url.get_tuple(config).metadata["step"] == 3
+
+        # A wrong password is a BackendError (retrying will not fix it, unlike the
+        # UnavailableError of a node that is down) naming the Cluster, not the password.
+        wrong = f"redis+cluster://:n0pe@{','.join(nodes)}"
+        with pytest.raises(checkpoint_rs.errors.BackendError) as refused:
+            checkpoint_rs.RedisSaver(wrong, key_prefix=prefix, timeout=5)
+        assert nodes[0] in str(refused.value) and "n0pe" not in str(refused.value)
+    finally:
+        checkpoint_rs.RedisSaver(url, key_prefix=prefix).purge()
+
+    # What the saver connects to: the client's nodes, user, password and TLS.
+    secured = redis.asyncio.cluster.RedisCluster(
+        host="cache.internal", port=7000, username="app", password="p@ss,word", ssl=True
+    )
+    assert (
+        checkpoint_rs.saver._redis_client_url(secured)
+        == "rediss+cluster://app:p%40ss%2Cword@cache.internal:7000"
+    )
+    # Credentials the saver cannot read are refused, not dropped.
+    provider = redis.credentials.UsernamePasswordCredentialProvider("app", "pw")
+    with pytest.raises(TypeError, match="credential_provider"):
+        checkpoint_rs.RedisSaver(
+            redis_client=redis.asyncio.cluster.RedisCluster(
+                host="cache.internal", port=7000, credential_provider=provider
+            )
+        )
+    with pytest.raises(checkpoint_rs.InvalidInputError, match="different credentials"):
+        checkpoint_rs.RedisSaver(f"redis+cluster://a:1@{nodes[0]},b:2@{nodes[1]}")
 
 
 async def test_langgraphs_pymongo_client_opens_the_mongodb_saver(make_store, tmp_path):

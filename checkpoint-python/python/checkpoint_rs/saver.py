@@ -194,28 +194,71 @@ def _postgres_url(params: Mapping[str, Any]) -> str:
 
 
 def _redis_client_url(client: Any) -> Any:
-    """The URL of the server a redis-py client (sync or asyncio) connects to; anything else
-    is returned as it is (the constructor says what it takes)."""
+    """The URL of the server or Cluster a redis-py client (``Redis``, ``RedisCluster``,
+    sync or asyncio) connects to; anything else is returned as it is (the constructor says
+    what it takes)."""
     if not type(client).__module__.startswith("redis."):
         return client
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:
-        raise TypeError(
-            "RedisSaver takes a Redis Cluster as a URL: redis+cluster://host:port,host:port"
-        )
     from urllib.parse import quote
 
-    kwargs = pool.connection_kwargs
-    if "path" in kwargs:
-        raise TypeError("RedisSaver takes a Unix-socket server as a URL: unix:///path?db=N")
+    cluster = _redis_cluster_nodes(client)
+    if cluster is not None:
+        kwargs = client.get_connection_kwargs()
+        ssl = bool(kwargs.get("ssl")) or "SSL" in getattr(
+            kwargs.get("connection_class"), "__name__", ""
+        )
+    else:
+        pool = getattr(client, "connection_pool", None)
+        if pool is None:
+            raise TypeError(
+                f"RedisSaver cannot read where a {type(client).__name__} connects: "
+                "pass its URL (redis://host:port/db or redis+cluster://host:port,host:port)"
+            )
+        kwargs = pool.connection_kwargs
+        if "path" in kwargs:
+            raise TypeError("RedisSaver takes a Unix-socket server as a URL: unix:///path?db=N")
+        ssl = "SSL" in pool.connection_class.__name__
+    if kwargs.get("credential_provider") is not None:
+        raise TypeError(
+            "RedisSaver cannot read a redis-py credential_provider: pass the URL with the "
+            "user and password instead"
+        )
+    # Escaped whole: ``@``, ``:`` and ``,`` (which separates a Cluster's nodes) included.
     user, password = kwargs.get("username") or "", kwargs.get("password") or ""
     credentials = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    userinfo = credentials + "@" if credentials else ""
+    if cluster is not None:
+        scheme = "rediss+cluster" if ssl else "redis+cluster"
+        return f"{scheme}://{userinfo}{','.join(cluster)}"
     host = str(kwargs.get("host", "localhost"))
     if ":" in host:
         host = f"[{host}]"
-    scheme = "rediss" if "SSL" in pool.connection_class.__name__ else "redis"
-    netloc = (credentials + "@" if credentials else "") + f"{host}:{kwargs.get('port', 6379)}"
-    return f"{scheme}://{netloc}/{kwargs.get('db', 0)}"
+    scheme = "rediss" if ssl else "redis"
+    return f"{scheme}://{userinfo}{host}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+
+
+def _redis_cluster_nodes(client: Any) -> list[str] | None:
+    """``host:port`` of the nodes a redis-py ``RedisCluster`` (sync or asyncio) starts from
+    and has found, or ``None`` for another client."""
+    if not hasattr(client, "get_connection_kwargs") or not hasattr(client, "nodes_manager"):
+        return None
+    nodes: list[Any] = list(getattr(client, "startup_nodes", None) or [])
+    manager = client.nodes_manager
+    for known in (getattr(manager, "startup_nodes", None), getattr(manager, "nodes_cache", None)):
+        if isinstance(known, Mapping):
+            nodes.extend(known.values())
+    seen: dict[str, None] = {}
+    for node in nodes:
+        host = str(node.host)
+        if ":" in host:
+            host = f"[{host}]"
+        seen.setdefault(f"{host}:{node.port}", None)
+    if not seen:
+        raise TypeError(
+            f"RedisSaver found no node in the {type(client).__name__}: pass its URL "
+            "(redis+cluster://host:port,host:port)"
+        )
+    return list(seen)
 
 
 # pymongo's options (lowercased, as pymongo keeps them) that choose the server, the
@@ -1057,17 +1100,18 @@ class PostgresSaver(RustCheckpointSaver):
 
 class RedisSaver(RustCheckpointSaver):
     """Plain Redis 7 (no modules), one server (``redis://``, ``rediss://``) or a Cluster
-    (``redis+cluster://host:port,host:port``). ``key_prefix`` separates stores sharing a
-    server; ``max_connections`` sizes the pool.
+    (``redis+cluster://[user:password@]host:port,host:port``, ``rediss+cluster://`` for
+    TLS: some of its primaries, the credentials applying to every node). ``key_prefix``
+    separates stores sharing a server; ``max_connections`` sizes the pool.
 
     A server with a memory limit whose ``maxmemory-policy`` would evict the saver's keys
     (``allkeys-*``, or ``volatile-*`` with a TTL) is refused with a ``BackendError``: an
     evicted key leaves threads that load incomplete. ``allow_eviction=True`` accepts it.
 
     As LangGraph's ``RedisSaver``, it also takes the URL as ``redis_url=``, or a redis-py
-    client (``redis.Redis``, ``redis.asyncio.Redis``) as ``redis_client=``: it then connects
-    to that client's server (host, port, database, user, password; ``rediss`` for TLS) with
-    connections of its own, and never uses the client itself."""
+    client (``Redis`` or ``RedisCluster``, sync or asyncio) as ``redis_client=``: it then
+    connects to that client's server or Cluster (hosts, port, database, user, password;
+    TLS) with connections of its own, and never uses the client itself."""
 
     _kind = "redis"
 
