@@ -447,6 +447,14 @@ async fn copy_docs(inner: &Inner, source: &str, target: &str) -> Result<(), Mong
     while let Some(mut d) = cursor.try_next().await? {
         d.remove("_id");
         d.insert("t", target);
+        // A value's chunk names the target's copy of the value.
+        if let Some(owner) = d
+            .get_str(codec::CHUNK_OWNER)
+            .ok()
+            .and_then(|o| keys::with_thread(o, target))
+        {
+            d.insert(codec::CHUNK_OWNER, owner);
+        }
         batch.push(d);
         if batch.len() >= 16 {
             insert_keeping_existing(&inner.chunks, &mut batch).await?;

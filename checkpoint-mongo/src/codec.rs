@@ -26,6 +26,9 @@ pub(crate) const MAX_OUTCOME_BYTES: usize = 8 * 1024 * 1024;
 /// removes a value before the checkpoints that load it.
 pub(crate) const VALUE_TTL_GRACE: Duration = Duration::from_secs(15 * 60);
 
+/// The field of a channel value's chunk that holds the value document's `_id`.
+pub(crate) const CHUNK_OWNER: &str = "o";
+
 /// `now + ttl` as a BSON date, for the TTL index field `x`.
 pub(crate) fn expiry(ttl: Duration) -> DateTime {
     DateTime::from_system_time(SystemTime::now() + ttl)
@@ -69,10 +72,13 @@ pub(crate) struct PendingChunks {
 
 /// Writes `value` into `doc` (`ty` plus `d`, or `ty`, `len`, `b`, `nc`), splitting it into
 /// chunks owned by `thread_id` when it is larger than `chunk_size` or when `inline` is false.
+/// The chunks of a channel value name its document's `_id` (`owner`, as field `o`), so a
+/// put that names the value refreshes their expiry with the document's.
 pub(crate) fn put_value(
     doc: &mut Document,
     value: &TypedValue,
     thread_id: &str,
+    owner: Option<&str>,
     chunk_size: usize,
     inline: bool,
     x: Option<DateTime>,
@@ -86,6 +92,9 @@ pub(crate) fn put_value(
     let mut docs = Vec::new();
     for (i, part) in value.bytes.chunks(chunk_size).enumerate() {
         let mut c = doc! { "t": thread_id, "b": blob, "i": i as i32, "d": binary(part) };
+        if let Some(owner) = owner {
+            c.insert(CHUNK_OWNER, owner);
+        }
         if let Some(x) = x {
             c.insert("x", x);
         }
@@ -519,7 +528,7 @@ mod tests {
         let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let v = TypedValue::new(ValueType::Bytes, bytes.clone());
         let mut d = Document::new();
-        let chunks = put_value(&mut d, &v, "t", 4096, true, None).expect("chunked");
+        let chunks = put_value(&mut d, &v, "t", None, 4096, true, None).expect("chunked");
         assert_eq!(chunks.docs.len(), 3);
         let parts: Vec<Vec<u8>> = chunks
             .docs
@@ -545,7 +554,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let mut d = Document::new();
-        assert!(put_value(&mut d, &TypedValue::null(), "t", 4096, true, None).is_none());
+        assert!(put_value(&mut d, &TypedValue::null(), "t", None, 4096, true, None).is_none());
         assert!(
             matches!(get_value(&mut d, "v").unwrap(), Stored::Inline(x) if x == TypedValue::null())
         );

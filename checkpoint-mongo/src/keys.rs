@@ -31,6 +31,16 @@ pub(crate) fn doc_id(parts: &[&str]) -> String {
     out
 }
 
+/// `id` (made by [`doc_id`]) with its first part, the thread, replaced by `thread`; `None`
+/// for a text that is not such an id.
+pub(crate) fn with_thread(id: &str, thread: &str) -> Option<String> {
+    let mut parts: Vec<String> = serde_json::from_str(id).ok()?;
+    *parts.first_mut()? = thread.to_owned();
+    Some(doc_id(
+        &parts.iter().map(String::as_str).collect::<Vec<_>>(),
+    ))
+}
+
 fn push_json_string(out: &mut String, s: &str) {
     // serde_json never fails to serialize a string.
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
@@ -189,6 +199,17 @@ mod tests {
         assert_ne!(doc_id(&["a\"", ""]), doc_id(&["a", "\""]));
         assert!(!doc_id(&["\0", "x"]).contains('\0'));
         assert_eq!(doc_id(&["t", ""]), r#"["t",""]"#);
+    }
+
+    #[test]
+    fn an_id_moves_to_another_thread_whole() {
+        let id = doc_id(&["src", "ns \"x\"", "ch", "i3"]);
+        assert_eq!(
+            with_thread(&id, "dst,\u{1F642}").unwrap(),
+            doc_id(&["dst,\u{1F642}", "ns \"x\"", "ch", "i3"])
+        );
+        assert_eq!(with_thread("not json", "dst"), None);
+        assert_eq!(with_thread("[]", "dst"), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use mongodb::IndexModel;
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::IndexOptions;
 
+use crate::codec::CHUNK_OWNER;
 use crate::core::Inner;
 use crate::error::{MongoError, driver};
 
@@ -67,6 +68,10 @@ pub(crate) async fn setup(i: &Inner) -> Result<()> {
     ];
     ttl(&mut writes);
     let mut chunks = vec![unique("thread_blob_seq", doc! { "t": 1, "b": 1, "i": 1 })];
+    if i.config.ttl.is_some() {
+        // A put's TTL refresh finds the chunks of the values it names by their owner.
+        chunks.push(plain("thread_owner", doc! { "t": 1, CHUNK_OWNER: 1 }));
+    }
     ttl(&mut chunks);
     let mut heads = vec![unique("thread_ns", doc! { "t": 1, "n": 1 })];
     ttl(&mut heads);
@@ -78,6 +83,9 @@ pub(crate) async fn setup(i: &Inner) -> Result<()> {
         (&i.heads, heads),
     ] {
         coll.create_indexes(models).await.map_err(driver)?;
+    }
+    if i.config.ttl.is_some() {
+        own_chunks(i).await?;
     }
     // Leases and the ledger are keyed by `_id` alone; create them so they exist before
     // the first transaction touches them (MongoDB before 4.4 cannot create collections
@@ -149,6 +157,59 @@ pub(crate) fn after_ready<T: Send + 'static>(
     stream::once(async move { ready(&i).await.map(|()| items) })
         .try_flatten()
         .boxed()
+}
+
+/// The layout document's field recording that [`own_chunks`] completed.
+const CHUNKS_OWNED: &str = "chunks_owned";
+
+/// Gives the chunks of channel values that do not name their value (written before chunks
+/// did) the value's `_id` and expiry, once per set of collections (recorded in the layout
+/// document): a put's TTL refresh finds chunks by their owner, and such chunks otherwise
+/// expire with their first write while checkpoints naming the value live on. One pass
+/// over the chunked values (documents with `b`).
+async fn own_chunks(i: &Inner) -> Result<()> {
+    let done = i
+        .layout
+        .find_one(doc! { "_id": LAYOUT_ID, CHUNKS_OWNED: true })
+        .await
+        .map_err(driver)?;
+    if done.is_some() {
+        return Ok(());
+    }
+    let mut chunked = i
+        .values
+        .find(doc! { "b": { "$exists": true } })
+        .projection(doc! { "_id": 1, "t": 1, "b": 1, "x": 1 })
+        .await
+        .map_err(driver)?;
+    while let Some(value) = chunked.try_next().await.map_err(driver)? {
+        let (Ok(id), Ok(thread), Ok(blob)) = (
+            value.get_str("_id"),
+            value.get_str("t"),
+            value.get_object_id("b"),
+        ) else {
+            continue;
+        };
+        let mut update = doc! { "$set": { CHUNK_OWNER: id } };
+        if let Ok(x) = value.get_datetime("x") {
+            update.insert("$max", doc! { "x": *x });
+        }
+        i.chunks
+            .update_many(
+                doc! { "t": thread, "b": blob, CHUNK_OWNER: { "$exists": false } },
+                update,
+            )
+            .await
+            .map_err(driver)?;
+    }
+    i.layout
+        .update_one(
+            doc! { "_id": LAYOUT_ID },
+            doc! { "$set": { CHUNKS_OWNED: true } },
+        )
+        .await
+        .map_err(driver)?;
+    Ok(())
 }
 
 /// Records [`LAYOUT`] where no layout is recorded yet, then checks the recorded one.

@@ -73,15 +73,19 @@ pub(crate) async fn put(
     let mut values = Vec::with_capacity(new_versions.len());
     for (channel, version) in &new_versions {
         let vk = keys::version_key(version);
+        let id = keys::doc_id(&[thread_id, ns, channel, &vk]);
         let mut d = doc! {
-            "_id": keys::doc_id(&[thread_id, ns, channel, &vk]),
+            "_id": id.as_str(),
             "t": thread_id,
             "n": ns,
             "ch": channel.as_str(),
             "v": vk,
         };
         let chunks = match values_in.remove(channel) {
-            Some(v) => codec::put_value(&mut d, &v, thread_id, chunk_size, true, value_expiry),
+            Some(v) => {
+                let owner = Some(id.as_str());
+                codec::put_value(&mut d, &v, thread_id, owner, chunk_size, true, value_expiry)
+            }
             None => None,
         };
         if let Some(x) = value_expiry {
@@ -269,14 +273,12 @@ async fn put_in_transaction(
         }
     }
     if let Some(x) = p.value_expiry {
-        inner
-            .values
-            .update_many(
-                doc! { "_id": { "$in": p.named_values.clone() }, "t": p.thread_id.as_str() },
-                doc! { "$max": { "x": x } },
-            )
-            .session(&mut *s)
-            .await?;
+        let [values, chunks] = refresh_filters(p);
+        for (coll, filter) in [(&inner.values, values), (&inner.chunks, chunks)] {
+            coll.update_many(filter, doc! { "$max": { "x": x } })
+                .session(&mut *s)
+                .await?;
+        }
     }
     inner
         .checkpoints
@@ -359,16 +361,17 @@ fn put_models(
         .collect();
     models.extend(todo.iter().map(|(d, _)| insert(&inner.values, d)));
     if let Some(x) = p.value_expiry {
-        models.push(
-            UpdateManyModel::builder()
-                .namespace(inner.values.namespace())
-                .filter(
-                    doc! { "_id": { "$in": p.named_values.clone() }, "t": p.thread_id.as_str() },
-                )
-                .update(doc! { "$max": { "x": x } })
-                .build()
-                .into(),
-        );
+        let [values, chunks] = refresh_filters(p);
+        for (coll, filter) in [(&inner.values, values), (&inner.chunks, chunks)] {
+            models.push(
+                UpdateManyModel::builder()
+                    .namespace(coll.namespace())
+                    .filter(filter)
+                    .update(doc! { "$max": { "x": x } })
+                    .build()
+                    .into(),
+            );
+        }
     }
     models.push(
         ReplaceOneModel::builder()
@@ -383,6 +386,17 @@ fn put_models(
             .into(),
     );
     models
+}
+
+/// What a put with a TTL refreshes the expiry of: the documents of every value its
+/// checkpoint names, and their chunks (which name their value, see `codec::put_value`), so
+/// a value outlives every checkpoint that loads it whole.
+fn refresh_filters(p: &PreparedPut) -> [Document; 2] {
+    let thread = p.thread_id.as_str();
+    [
+        doc! { "_id": { "$in": p.named_values.clone() }, "t": thread },
+        doc! { "t": thread, codec::CHUNK_OWNER: { "$in": p.named_values.clone() } },
+    ]
 }
 
 /// An upsert's error inside a put's transaction. Two upserts that both find no document
@@ -503,13 +517,11 @@ async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
         }
     }
     if let Some(x) = p.value_expiry {
-        inner
-            .values
-            .update_many(
-                doc! { "_id": { "$in": p.named_values.clone() }, "t": p.thread_id.as_str() },
-                doc! { "$max": { "x": x } },
-            )
-            .await?;
+        let [values, chunks] = refresh_filters(p);
+        for (coll, filter) in [(&inner.values, values), (&inner.chunks, chunks)] {
+            coll.update_many(filter, doc! { "$max": { "x": x } })
+                .await?;
+        }
     }
     inner
         .checkpoints
@@ -560,7 +572,8 @@ pub(crate) async fn put_writes(
         }
         let inline = inline_total + value.len() <= MAX_INLINE_WRITES_BYTES;
         let mut scratch = Document::new();
-        let pending = codec::put_value(&mut scratch, &value, thread_id, chunk_size, inline, x);
+        let pending =
+            codec::put_value(&mut scratch, &value, thread_id, None, chunk_size, inline, x);
         let stored = match pending {
             Some(c) => {
                 let s = Stored::Chunked {

@@ -11,7 +11,7 @@ use checkpoint_core::{
     Bytes, Checkpoint, CheckpointConfig, CheckpointMetadata, Error, ListOptions, PruneStrategy,
     PutOptions, PutWritesOptions, Saver, SaverExt, TypedValue,
 };
-use checkpoint_mongo::mongodb::bson::{Document, doc};
+use checkpoint_mongo::mongodb::bson::{DateTime, Document, doc};
 use checkpoint_mongo::{MongoSaver, TransactionMode};
 use common::{client, drop_saver, saver_with, skip};
 use futures::TryStreamExt;
@@ -103,6 +103,10 @@ async fn setup_creates_unique_compound_and_ttl_indexes_idempotently() {
     assert_eq!(
         indexes(&s, &names.chunks).await["thread_blob_seq"],
         (doc! {"t": 1, "b": 1, "i": 1}, true, None)
+    );
+    assert_eq!(
+        indexes(&s, &names.chunks).await["thread_owner"],
+        (doc! {"t": 1, "o": 1}, false, None)
     );
     assert_eq!(
         indexes(&s, &names.heads).await["thread_ns"],
@@ -255,6 +259,168 @@ async fn ttl_fields_expire_checkpoints_and_keep_values_longer() {
     .unwrap();
     assert!(expiry(&docs(&s, &names.values, doc! {}).await[0]) >= before);
     drop_saver(&s).await;
+}
+
+/// Moves every expiry of the saver's documents `by` into the past, as if they had been
+/// written that much earlier.
+async fn age_documents(s: &MongoSaver, by: Duration) {
+    let ms = i64::try_from(by.as_millis()).unwrap();
+    for coll in s.config().collection_names().all() {
+        s.database()
+            .collection::<Document>(coll)
+            .update_many(
+                doc! { "x": { "$exists": true } },
+                vec![doc! { "$set": { "x": { "$subtract": ["$x", ms] } } }],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Deletes what the TTL monitor would have deleted by `at`: every document whose expiry is
+/// before it.
+async fn expire_documents_before(s: &MongoSaver, at: DateTime) {
+    for coll in s.config().collection_names().all() {
+        s.database()
+            .collection::<Document>(coll)
+            .delete_many(doc! { "x": { "$lt": at } })
+            .await
+            .unwrap();
+    }
+}
+
+/// How the first checkpoint of [`chunked_value_outlives`]'s thread came to be.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Written {
+    /// Put by this build.
+    Here,
+    /// Put by a build whose chunks did not name their value, then `setup` by this one.
+    ByAnOlderBuild,
+    /// Put on another thread, then copied with `copy_thread`.
+    Copied,
+}
+
+/// Puts a checkpoint with a chunked value, ages every document by the TTL, puts a second
+/// checkpoint naming the value unchanged, expires what the TTL monitor would by just before
+/// the second checkpoint expires, and checks that the second still loads whole.
+async fn chunked_value_outlives(s: &MongoSaver, ttl: Duration, written: Written, mode: &str) {
+    let names = s.config().collection_names();
+    let document = "a long document ".repeat(2_000); // 32 KB: 8 chunks
+    let mut first = Checkpoint::new();
+    let versions: BTreeMap<_, _> = [
+        (
+            "document".to_owned(),
+            first.set("document", &document).unwrap(),
+        ),
+        ("turn".to_owned(), first.set("turn", &1).unwrap()),
+    ]
+    .into();
+    let thread = if written == Written::Copied {
+        "original"
+    } else {
+        "long-lived"
+    };
+    let mut config = s
+        .put(
+            &CheckpointConfig::new(thread),
+            first.clone(),
+            CheckpointMetadata::new(),
+            versions,
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        count(s, &names.chunks, doc! {}).await >= 8,
+        "{mode}: not chunked"
+    );
+    match written {
+        Written::Here => {}
+        Written::ByAnOlderBuild => {
+            s.database()
+                .collection::<Document>(&names.chunks)
+                .update_many(doc! {}, doc! { "$unset": { "o": "" } })
+                .await
+                .unwrap();
+            s.database()
+                .collection::<Document>(&names.layout)
+                .update_many(doc! {}, doc! { "$unset": { "chunks_owned": "" } })
+                .await
+                .unwrap();
+            s.setup().await.unwrap();
+        }
+        Written::Copied => {
+            s.copy_thread("original", "long-lived").await.unwrap();
+            s.delete_thread("original").await.unwrap();
+            config.thread_id = "long-lived".into();
+        }
+    }
+
+    // An hour later the thread is still in use: the next checkpoint names the same
+    // document, and only `turn` changes.
+    age_documents(s, ttl).await;
+    let mut second = first.successor();
+    let turn = second.set("turn", &2).unwrap();
+    let latest = s
+        .put(
+            &config,
+            second,
+            CheckpointMetadata::new(),
+            [("turn".to_owned(), turn)].into(),
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+
+    // Until the latest checkpoint itself expires, it loads whole.
+    let id = latest.checkpoint_id.as_deref().unwrap();
+    let latest_x = docs(s, &names.checkpoints, doc! { "c": id }).await[0]
+        .get_datetime("x")
+        .unwrap()
+        .timestamp_millis();
+    expire_documents_before(s, DateTime::from_millis(latest_x - 1_000)).await;
+    let tuple = s
+        .get_tuple(&latest)
+        .await
+        .unwrap_or_else(|e| panic!("{mode}: {}", e.chain()))
+        .unwrap_or_else(|| panic!("{mode}: the latest checkpoint expired"));
+    let loaded: String = tuple.checkpoint.get("document").unwrap().unwrap();
+    assert_eq!(loaded, document, "{mode}");
+}
+
+/// A value stored in chunks (larger than `chunk_size`) that later checkpoints keep naming
+/// lives as long as they do: a put refreshes the expiry of the value's chunks with the
+/// value's document. (The chunks kept the expiry of their first write, so a thread used
+/// longer than the TTL lost them while its checkpoints still named the value, and its
+/// latest checkpoint no longer loaded.) In every write path (a transaction or ordered
+/// writes, in one `bulkWrite` or collection by collection), for chunks `setup` adopts from
+/// an older build, and on a copied thread.
+#[tokio::test]
+async fn chunked_values_expire_with_the_checkpoints_that_name_them() {
+    if skip("chunked_values_expire_with_the_checkpoints_that_name_them") {
+        return;
+    }
+    let c = client().await;
+    let ttl = Duration::from_secs(3600);
+    for (transactions, bulk_write, written) in [
+        (TransactionMode::Auto, true, Written::Here),
+        (TransactionMode::Auto, false, Written::Here),
+        (TransactionMode::Disabled, true, Written::Here),
+        (TransactionMode::Disabled, false, Written::Here),
+        (TransactionMode::Auto, true, Written::ByAnOlderBuild),
+        (TransactionMode::Auto, true, Written::Copied),
+    ] {
+        let mode = format!("{transactions:?}, bulk_write {bulk_write}, written {written:?}");
+        let s = saver_with(&c, |c| {
+            c.ttl(Some(ttl))
+                .chunk_size(4096)
+                .transactions(transactions)
+                .bulk_write(bulk_write)
+        })
+        .await;
+        chunked_value_outlives(&s, ttl, written, &mode).await;
+        drop_saver(&s).await;
+    }
 }
 
 #[tokio::test]

@@ -193,14 +193,26 @@ async fn writes_send_a_fixed_number_of_commands() {
     let (client, log) = monitored_client().await;
     let bulk_write = takes_bulk_write(&client).await;
     for mode in [TransactionMode::Auto, TransactionMode::Disabled] {
-        writes_of(&client, &log, bulk_write, mode).await;
-        // Configured off, as on a server without the command.
-        writes_of(&client, &log, false, mode).await;
+        for ttl in [false, true] {
+            writes_of(&client, &log, bulk_write, mode, ttl).await;
+            // Configured off, as on a server without the command.
+            writes_of(&client, &log, false, mode, ttl).await;
+        }
     }
 }
 
-async fn writes_of(client: &Client, log: &CommandLog, bulk_write: bool, mode: TransactionMode) {
-    let saver = saver_with(client, |c| c.transactions(mode).bulk_write(bulk_write)).await;
+async fn writes_of(
+    client: &Client,
+    log: &CommandLog,
+    bulk_write: bool,
+    mode: TransactionMode,
+    ttl: bool,
+) {
+    let ttl = ttl.then_some(std::time::Duration::from_secs(3600));
+    let saver = saver_with(client, |c| {
+        c.transactions(mode).bulk_write(bulk_write).ttl(ttl)
+    })
+    .await;
     assert_eq!(
         saver.atomicity(),
         atomicity_of(mode),
@@ -227,19 +239,31 @@ async fn writes_of(client: &Client, log: &CommandLog, bulk_write: bool, mode: Tr
         .await
         .unwrap();
     let put = log.take();
-    match (saver.atomicity(), bulk_write) {
+    // With a TTL, the expiry refresh of the named values' documents and chunks: two more
+    // updates, inside the `bulkWrite` when there is one.
+    let refresh: &[&str] = if ttl.is_some() {
+        &["update", "update"]
+    } else {
+        &[]
+    };
+    let expected: Vec<&str> = match (saver.atomicity(), bulk_write) {
         // The head document, then the new value and the checkpoint document in one
         // command, commit.
-        (Atomicity::Transactions, true) => {
-            assert_eq!(put, ["update", "bulkWrite", "commitTransaction"])
-        }
+        (Atomicity::Transactions, true) => vec!["update", "bulkWrite", "commitTransaction"],
         // Before MongoDB 8.0, one command per collection.
-        (Atomicity::Transactions, false) => {
-            assert_eq!(put, ["update", "insert", "update", "commitTransaction"])
-        }
-        (_, true) => assert_eq!(put, ["bulkWrite"]),
-        (_, false) => assert_eq!(put, ["insert", "update"]),
-    }
+        (Atomicity::Transactions, false) => [
+            &["update", "insert"],
+            refresh,
+            &["update", "commitTransaction"],
+        ]
+        .concat(),
+        (_, true) => vec!["bulkWrite"],
+        (_, false) => [&["insert"], refresh, &["update"]].concat(),
+    };
+    assert_eq!(
+        put, expected,
+        "{mode:?}, bulk_write {bulk_write}, ttl {ttl:?}"
+    );
     saver
         .put_writes(
             &config,
