@@ -109,6 +109,8 @@ pub(crate) async fn delete_thread(inner: &Arc<Inner>, thread_id: &str) -> Result
     } else {
         delete_thread_docs(inner, thread_id, None).await
     };
+    // A thread put again under the same ids must not inherit what the deleted one kept.
+    inner.retention.forget_thread(thread_id);
     result.map_err(Error::from)
 }
 

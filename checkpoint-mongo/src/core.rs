@@ -31,6 +31,8 @@ pub(crate) struct Inner {
     /// [`MongoConfig::bulk_write`], cleared for good the first time the driver finds the
     /// server too old for it (before sending anything) or the server does not know it.
     pub(crate) bulk_write: AtomicBool,
+    /// What recent puts' delta channels keep alive under a TTL (see `delta::retained_by`).
+    pub(crate) retention: crate::delta::RetentionMemo,
 }
 
 impl Inner {

@@ -6,15 +6,20 @@
 //! pending writes of the checkpoints walked. More run only for chunked values, and for a
 //! stretch naming [`PREFETCH`] or more stored values (a second probe for their keys, then a
 //! query for the seeds not among the first documents).
+//!
+//! Under a TTL a put also keeps alive what its delta channels are rebuilt from
+//! ([`retained_by`]): the same walk, or, for a parent a recent put of this saver made, what
+//! that put remembered.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::stream::TryStreamExt;
 use mongodb::bson::{Document, doc, oid::ObjectId};
 
 use checkpoint_core::{
-    ChannelVersion, ChannelVersions, CheckpointConfig, DeltaChannelHistory, PendingWrite, Result,
-    TypedValue,
+    ChannelVersion, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
+    DeltaChannelHistory, PendingWrite, Result, TypedValue,
 };
 
 use crate::chunk;
@@ -61,8 +66,7 @@ async fn walk(
     out: &mut BTreeMap<String, DeltaChannelHistory>,
 ) -> Result<(), MongoError> {
     let ns = config.checkpoint_ns.as_str();
-    let mut page = Page::read(inner, thread, ns, config.checkpoint_id.as_deref()).await?;
-    let mut one_page = true;
+    let page = Page::read(inner, thread, ns, config.checkpoint_id.as_deref()).await?;
     let Some(target) = page.newest() else {
         return Ok(());
     };
@@ -73,13 +77,83 @@ async fn walk(
     {
         return Ok(()); // no such checkpoint
     }
-    let mut child = target.id.clone();
-    let mut cursor = target.parent.clone();
-    let mut open: BTreeSet<String> = out.keys().cloned().collect();
-    // Per checkpoint walked, newest first: its id and the channels open there.
+    let (child, cursor) = (target.id.clone(), target.parent.clone());
+    let open = out.keys().cloned().collect();
+    let Located {
+        walked,
+        seeds,
+        mut fetched,
+        one_page,
+        page,
+    } = locate(inner, thread, ns, page, child, cursor, open).await?;
+    // Without forks in the stretch walked (the page, which holds every checkpoint of the
+    // namespace down from the target, has none between the walked ones but them), its writes
+    // are one range of ids: on the MongoDB-wire test server that query took 1.3 ms where
+    // the lookup of 19 addresses took 1.8-2.0 ms.
+    let range = match (walked.last(), walked.first()) {
+        (Some((oldest, _)), Some((newest, _)))
+            if one_page && page.count_between(oldest, newest) == walked.len() =>
+        {
+            Some((oldest.as_str(), newest.as_str()))
+        }
+        _ => None,
+    };
+    let writes = writes_of(inner, thread, ns, &walked, range).await?;
+    // Seeds the probes returned need no query of their own (chunks aside).
+    let mut known: Vec<(String, Stored)> = Vec::new();
+    let mut missing: Vec<String> = Vec::new();
+    for (_, key) in &seeds {
+        match fetched.remove(key) {
+            Some(doc) => known.push((key.clone(), doc)),
+            None => missing.push(key.clone()),
+        }
+    }
+    let mut seed_values = values_of(inner, thread, missing.into_iter()).await?;
+    seed_values.extend(resolve_all(inner, thread, known).await?);
+    for (checkpoint, _) in walked.iter().rev() {
+        for w in writes.get(checkpoint).into_iter().flatten() {
+            if let Some(h) = out.get_mut(&w.channel) {
+                h.writes.push(w.clone());
+            }
+        }
+    }
+    for (channel, key) in seeds {
+        if let (Some(h), Some(v)) = (out.get_mut(&channel), seed_values.get(&key)) {
+            h.seed = Some(v.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Where a walk went.
+struct Located {
+    /// Per checkpoint walked, newest first: its id and the channels still open there (the
+    /// checkpoint storing a channel is walked with the channel open).
+    walked: Vec<(String, BTreeSet<String>)>,
+    /// `(channel, value key)` of each seed found.
+    seeds: Vec<(String, String)>,
+    /// Value documents the probes returned whole, by key.
+    fetched: HashMap<String, Stored>,
+    /// Whether the walk stayed on its first page, which `page` then is.
+    one_page: bool,
+    page: Page,
+}
+
+/// Walks up the parent links from `cursor` (the parent of `child`; the walk reads on from
+/// `page`, and more pages as needed), until every channel of `open` met a checkpoint
+/// storing it or the walk reached the root.
+async fn locate(
+    inner: &Inner,
+    thread: &str,
+    ns: &str,
+    mut page: Page,
+    mut child: String,
+    mut cursor: Option<String>,
+    mut open: BTreeSet<String>,
+) -> Result<Located, MongoError> {
+    let mut one_page = true;
     let mut walked: Vec<(String, BTreeSet<String>)> = Vec::new();
     let mut seeds: Vec<(String, String)> = Vec::new();
-    // Value documents the probes returned whole, by key.
     let mut fetched: HashMap<String, Stored> = HashMap::new();
     while let Some(from) = cursor.clone() {
         if open.is_empty() {
@@ -130,43 +204,228 @@ async fn walk(
             cursor = node.parent.clone();
         }
     }
-    // Without forks in the stretch walked (the page, which holds every checkpoint of the
-    // namespace down from the target, has none between the walked ones but them), its writes
-    // are one range of ids: on the MongoDB-wire test server that query took 1.3 ms where
-    // the lookup of 19 addresses took 1.8-2.0 ms.
-    let range = match (walked.last(), walked.first()) {
-        (Some((oldest, _)), Some((newest, _)))
-            if one_page && page.count_between(oldest, newest) == walked.len() =>
-        {
-            Some((oldest.as_str(), newest.as_str()))
-        }
-        _ => None,
-    };
-    let writes = writes_of(inner, thread, ns, &walked, range).await?;
-    // Seeds the probes returned need no query of their own (chunks aside).
-    let mut known: Vec<(String, Stored)> = Vec::new();
-    let mut missing: Vec<String> = Vec::new();
-    for (_, key) in &seeds {
-        match fetched.remove(key) {
-            Some(doc) => known.push((key.clone(), doc)),
-            None => missing.push(key.clone()),
+    Ok(Located {
+        walked,
+        seeds,
+        fetched,
+        one_page,
+        page,
+    })
+}
+
+/// What one checkpoint's delta channels keep alive under a TTL: per channel it needs
+/// history for, its ancestors up to the nearest one storing the channel (newest first)
+/// and that value's key (none when the walk reaches the root).
+#[derive(Debug, Default)]
+pub(crate) struct Retained {
+    /// Channels this checkpoint stores a value for (written by its put, or named at the
+    /// version its parent stores), with the value's key: a child's walk for them stops here.
+    pub(crate) stores: BTreeMap<String, String>,
+    /// Per channel needing history: the ancestors it needs, and its seed's key.
+    pub(crate) chains: BTreeMap<String, (Option<Arc<Link>>, Option<String>)>,
+}
+
+/// A list of checkpoint ids, newest first, sharing its tail with the lists of the
+/// checkpoints below (a child's chain is its parent plus the parent's chain).
+#[derive(Debug)]
+pub(crate) struct Link {
+    id: String,
+    next: Option<Arc<Link>>,
+}
+
+impl Drop for Link {
+    // Iteratively: a chain as long as a thread without snapshots would overflow the stack
+    // dropped recursively.
+    fn drop(&mut self) {
+        let mut next = self.next.take();
+        while let Some(link) = next {
+            next = match Arc::try_unwrap(link) {
+                Ok(mut only) => only.next.take(),
+                Err(_) => None, // shared: the other owner drops the rest
+            };
         }
     }
-    let mut seed_values = values_of(inner, thread, missing.into_iter()).await?;
-    seed_values.extend(resolve_all(inner, thread, known).await?);
-    for (checkpoint, _) in walked.iter().rev() {
-        for w in writes.get(checkpoint).into_iter().flatten() {
-            if let Some(h) = out.get_mut(&w.channel) {
-                h.writes.push(w.clone());
+}
+
+impl Retained {
+    /// The ids of every checkpoint some chain names, and the keys of the seeds.
+    pub(crate) fn ids_and_seeds(&self) -> (Vec<String>, Vec<String>) {
+        let mut ids = BTreeSet::new();
+        let mut seeds = BTreeSet::new();
+        for (chain, seed) in self.chains.values() {
+            let mut at = chain.as_deref();
+            while let Some(link) = at {
+                ids.insert(link.id.clone());
+                at = link.next.as_deref();
+            }
+            seeds.extend(seed.iter().cloned());
+        }
+        (ids.into_iter().collect(), seeds.into_iter().collect())
+    }
+}
+
+/// Remembers what recent checkpoints keep alive, so a put on top of one derives its own
+/// chains without reading (a run puts each step on the one before, in one process).
+pub(crate) struct RetentionMemo {
+    entries: Mutex<MemoEntries>,
+}
+
+#[derive(Default)]
+struct MemoEntries {
+    map: HashMap<MemoKey, Arc<Retained>>,
+    /// Keys, oldest first.
+    order: VecDeque<MemoKey>,
+}
+
+/// `(thread, namespace, checkpoint id)`.
+type MemoKey = (String, String, String);
+
+/// Checkpoints the memo remembers (the oldest are forgotten first).
+const MEMO_ENTRIES: usize = 4096;
+
+impl RetentionMemo {
+    pub(crate) fn new() -> Self {
+        Self {
+            entries: Mutex::new(MemoEntries::default()),
+        }
+    }
+
+    fn get(&self, key: &MemoKey) -> Option<Arc<Retained>> {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.map.get(key).cloned()
+    }
+
+    /// Forgets every checkpoint of `thread`.
+    pub(crate) fn forget_thread(&self, thread: &str) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let MemoEntries { map, order } = &mut *entries;
+        map.retain(|(t, _, _), _| t != thread);
+        order.retain(|(t, _, _)| t != thread);
+    }
+
+    pub(crate) fn insert(&self, thread: &str, ns: &str, id: &str, retained: Arc<Retained>) {
+        let key = (thread.to_owned(), ns.to_owned(), id.to_owned());
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let MemoEntries { map, order } = &mut *entries;
+        if map.insert(key.clone(), retained).is_none() {
+            order.push_back(key);
+        }
+        while order.len() > MEMO_ENTRIES {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
             }
         }
     }
-    for (channel, key) in seeds {
-        if let (Some(h), Some(v)) = (out.get_mut(&channel), seed_values.get(&key)) {
-            h.seed = Some(v.clone());
+}
+
+/// What a new checkpoint keeps alive under a TTL, put on `parent` with `metadata`:
+/// `stores`, the channels whose values this put writes (with their keys), plus those it
+/// names at the same version as a parent the memo remembers storing them; and, for the
+/// channels it needs history for, chains derived from what the memo remembers of `parent`,
+/// or, for the channels it cannot tell, found by a walk from `parent` (as
+/// `delta_channel_history` walks).
+pub(crate) async fn retained_by(
+    inner: &Inner,
+    thread: &str,
+    ns: &str,
+    parent: Option<&str>,
+    checkpoint: &Checkpoint,
+    metadata: &CheckpointMetadata,
+    mut stores: BTreeMap<String, String>,
+) -> Result<Retained, MongoError> {
+    let named: BTreeMap<&String, String> = checkpoint
+        .channel_versions
+        .iter()
+        .map(|(c, v)| (c, value_key(thread, ns, c, v)))
+        .collect();
+    let known = parent.and_then(|p| {
+        inner
+            .retention
+            .get(&(thread.to_owned(), ns.to_owned(), p.to_owned()))
+    });
+    if let Some(p) = known.as_deref() {
+        for (channel, key) in &p.stores {
+            if named.get(channel) == Some(key) {
+                stores.entry(channel.clone()).or_insert_with(|| key.clone());
+            }
         }
     }
-    Ok(())
+    let needs = checkpoint_core::delta::channels_needing_history(
+        metadata,
+        &checkpoint.channel_versions,
+        |c| stores.contains_key(c),
+    );
+    let mut out = Retained {
+        stores,
+        chains: BTreeMap::new(),
+    };
+    let Some(parent) = parent else {
+        return Ok(out); // a root needs nothing
+    };
+    let link = |next: Option<Arc<Link>>| {
+        Some(Arc::new(Link {
+            id: parent.to_owned(),
+            next,
+        }))
+    };
+    let mut unknown = BTreeSet::new();
+    for channel in needs {
+        match known.as_deref() {
+            Some(p) if p.stores.contains_key(&channel) => {
+                let seed = p.stores.get(&channel).cloned();
+                out.chains.insert(channel, (link(None), seed));
+            }
+            Some(p) if p.chains.contains_key(&channel) => {
+                let (chain, seed) = &p.chains[&channel];
+                out.chains
+                    .insert(channel, (link(chain.clone()), seed.clone()));
+            }
+            _ => {
+                unknown.insert(channel);
+            }
+        }
+    }
+    if unknown.is_empty() {
+        return Ok(out);
+    }
+    let page = Page::read(inner, thread, ns, Some(parent)).await?;
+    if page.newest().is_none_or(|n| n.id != parent) {
+        return Ok(out); // the parent is not stored: there is nothing to keep
+    }
+    let located = locate(
+        inner,
+        thread,
+        ns,
+        page,
+        checkpoint.id.clone(),
+        Some(parent.to_owned()),
+        unknown.clone(),
+    )
+    .await?;
+    for channel in unknown {
+        let seed = located
+            .seeds
+            .iter()
+            .find(|(c, _)| c == &channel)
+            .map(|(_, key)| key.clone());
+        if seed.is_some() && named.get(&channel) == seed.as_ref() {
+            // The value found is the one this checkpoint names: it stores it too.
+            out.stores.insert(channel, seed.unwrap_or_default());
+            continue;
+        }
+        // Oldest first, so each link points at the one below.
+        let mut chain: Option<Arc<Link>> = None;
+        for (id, open) in located.walked.iter().rev() {
+            if open.contains(&channel) {
+                chain = Some(Arc::new(Link {
+                    id: id.clone(),
+                    next: chain,
+                }));
+            }
+        }
+        out.chains.insert(channel, (chain, seed));
+    }
+    Ok(out)
 }
 
 /// Up to [`PAGE`] checkpoints of a namespace, newest first from some id down.
@@ -258,7 +517,7 @@ impl Page {
     }
 }
 
-fn value_key(thread: &str, ns: &str, channel: &str, version: &ChannelVersion) -> String {
+pub(crate) fn value_key(thread: &str, ns: &str, channel: &str, version: &ChannelVersion) -> String {
     keys::doc_id(&[thread, ns, channel, &keys::version_key(version)])
 }
 

@@ -94,6 +94,7 @@ impl MongoSaver {
             layout: coll(&names.layout),
             layout_known: tokio::sync::OnceCell::new(),
             bulk_write: std::sync::atomic::AtomicBool::new(config.bulk_write),
+            retention: crate::delta::RetentionMemo::new(),
             client,
             database,
             config,

@@ -1,13 +1,13 @@
 //! Writes: `put` and `put_writes`, in a transaction or as ordered idempotent writes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use mongodb::ClientSession;
 use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
 use mongodb::error::ErrorKind;
 use mongodb::options::{InsertOneModel, ReplaceOneModel, UpdateManyModel, WriteModel};
+use mongodb::{ClientSession, Collection};
 
 use checkpoint_core::writes::{replaces_existing, write_index};
 use checkpoint_core::{
@@ -20,6 +20,7 @@ use crate::codec::{
     self, MAX_INLINE_WRITES_BYTES, PendingChunks, PreparedWrites, Stored, WriteEntry,
 };
 use crate::core::Inner;
+use crate::delta;
 use crate::error::{MongoError, only_duplicate_keys};
 use crate::keys;
 use crate::keys::IDENTIFIERS;
@@ -36,9 +37,14 @@ struct PreparedPut {
     /// Value documents of the new versions, with the chunks of the large ones.
     values: Vec<(Document, Option<PendingChunks>)>,
     checkpoint: Document,
-    /// `_id`s of every value the checkpoint names (for the TTL refresh).
+    /// `_id`s of every value the checkpoint names, and of the seeds of its delta channels
+    /// (for the TTL refresh).
     named_values: Vec<String>,
     value_expiry: Option<DateTime>,
+    /// The checkpoint's expiry, and the ancestors its delta channels need (whose expiry,
+    /// and their pending writes', the put pushes out to it).
+    expiry: Option<DateTime>,
+    retained_ids: Vec<String>,
     /// Set after a duplicate value made a transaction fail: check which exist first.
     check_existing: AtomicBool,
 }
@@ -71,6 +77,8 @@ pub(crate) async fn put(
     let chunk_size = inner.config.chunk_size;
     let mut values_in = std::mem::take(&mut checkpoint.channel_values);
     let mut values = Vec::with_capacity(new_versions.len());
+    // The channels this checkpoint stores a value for, with the values' keys.
+    let mut stores = BTreeMap::new();
     for (channel, version) in &new_versions {
         let vk = keys::version_key(version);
         let id = keys::doc_id(&[thread_id, ns, channel, &vk]);
@@ -83,6 +91,7 @@ pub(crate) async fn put(
         };
         let chunks = match values_in.remove(channel) {
             Some(v) => {
+                stores.insert(channel.clone(), id.clone());
                 let owner = Some(id.as_str());
                 codec::put_value(&mut d, &v, thread_id, owner, chunk_size, true, value_expiry)
             }
@@ -93,11 +102,35 @@ pub(crate) async fn put(
         }
         values.push((d, chunks));
     }
-    let named_values = checkpoint
+    let mut named_values: Vec<String> = checkpoint
         .channel_versions
         .iter()
         .map(|(c, v)| keys::doc_id(&[thread_id, ns, c, &keys::version_key(v)]))
         .collect();
+    // Under a TTL, what the checkpoint's delta channels are rebuilt from must live as long
+    // as it does: the ancestors back to each channel's seed, their pending writes and the
+    // seed's value.
+    let retained = match ttl {
+        Some(_) => Some(Arc::new(
+            delta::retained_by(
+                inner,
+                thread_id,
+                ns,
+                config.checkpoint_id.as_deref(),
+                &checkpoint,
+                &metadata,
+                stores,
+            )
+            .await
+            .map_err(Error::from)?,
+        )),
+        None => None,
+    };
+    let (retained_ids, seeds) = retained
+        .as_deref()
+        .map(delta::Retained::ids_and_seeds)
+        .unwrap_or_default();
+    named_values.extend(seeds);
     let doc = codec::checkpoint_doc(
         thread_id,
         ns,
@@ -117,6 +150,8 @@ pub(crate) async fn put(
         checkpoint: doc,
         named_values,
         value_expiry,
+        expiry: x,
+        retained_ids,
         check_existing: AtomicBool::new(false),
     });
 
@@ -132,6 +167,11 @@ pub(crate) async fn put(
         put_ordered(inner, &prepared).await
     };
     result.map_err(Error::from)?;
+    if let Some(retained) = retained {
+        inner
+            .retention
+            .insert(thread_id, ns, &checkpoint.id, retained);
+    }
     Ok(CheckpointConfig::new(thread_id)
         .with_ns(ns)
         .with_checkpoint_id(checkpoint.id))
@@ -272,13 +312,10 @@ async fn put_in_transaction(
             Err(e) => return Err(e.into()),
         }
     }
-    if let Some(x) = p.value_expiry {
-        let [values, chunks] = refresh_filters(p);
-        for (coll, filter) in [(&inner.values, values), (&inner.chunks, chunks)] {
-            coll.update_many(filter, doc! { "$max": { "x": x } })
-                .session(&mut *s)
-                .await?;
-        }
+    for (coll, filter, x) in refreshes(inner, p) {
+        coll.update_many(filter, doc! { "$max": { "x": x } })
+            .session(&mut *s)
+            .await?;
     }
     inner
         .checkpoints
@@ -360,18 +397,15 @@ fn put_models(
         .map(|d| insert(&inner.chunks, d))
         .collect();
     models.extend(todo.iter().map(|(d, _)| insert(&inner.values, d)));
-    if let Some(x) = p.value_expiry {
-        let [values, chunks] = refresh_filters(p);
-        for (coll, filter) in [(&inner.values, values), (&inner.chunks, chunks)] {
-            models.push(
-                UpdateManyModel::builder()
-                    .namespace(coll.namespace())
-                    .filter(filter)
-                    .update(doc! { "$max": { "x": x } })
-                    .build()
-                    .into(),
-            );
-        }
+    for (coll, filter, x) in refreshes(inner, p) {
+        models.push(
+            UpdateManyModel::builder()
+                .namespace(coll.namespace())
+                .filter(filter)
+                .update(doc! { "$max": { "x": x } })
+                .build()
+                .into(),
+        );
     }
     models.push(
         ReplaceOneModel::builder()
@@ -388,15 +422,50 @@ fn put_models(
     models
 }
 
-/// What a put with a TTL refreshes the expiry of: the documents of every value its
-/// checkpoint names, and their chunks (which name their value, see `codec::put_value`), so
-/// a value outlives every checkpoint that loads it whole.
-fn refresh_filters(p: &PreparedPut) -> [Document; 2] {
+/// What a put with a TTL pushes the expiry (`$max`) of, as `(collection, filter, expiry)`:
+/// the documents of every value its checkpoint names and of its delta channels' seeds, with
+/// their chunks (which name their value, see `codec::put_value`), so a value outlives every
+/// checkpoint that loads it; and the ancestors its delta channels need, with their pending
+/// writes and those writes' chunks, so they outlive it.
+fn refreshes<'a>(
+    inner: &'a Inner,
+    p: &PreparedPut,
+) -> Vec<(&'a Collection<Document>, Document, DateTime)> {
     let thread = p.thread_id.as_str();
-    [
-        doc! { "_id": { "$in": p.named_values.clone() }, "t": thread },
-        doc! { "t": thread, codec::CHUNK_OWNER: { "$in": p.named_values.clone() } },
-    ]
+    let ns = p.ns.as_str();
+    let mut out = Vec::new();
+    if let Some(x) = p.value_expiry {
+        out.push((
+            &inner.values,
+            doc! { "_id": { "$in": p.named_values.clone() }, "t": thread },
+            x,
+        ));
+        out.push((
+            &inner.chunks,
+            doc! { "t": thread, codec::CHUNK_OWNER: { "$in": p.named_values.clone() } },
+            x,
+        ));
+    }
+    if let (Some(x), false) = (p.expiry, p.retained_ids.is_empty()) {
+        let ids = p.retained_ids.clone();
+        let addresses: Vec<String> = ids.iter().map(|c| keys::doc_id(&[thread, ns, c])).collect();
+        out.push((
+            &inner.checkpoints,
+            doc! { "t": thread, "n": ns, "c": { "$in": ids.clone() } },
+            x,
+        ));
+        out.push((
+            &inner.writes,
+            doc! { "t": thread, "n": ns, "c": { "$in": ids } },
+            x,
+        ));
+        out.push((
+            &inner.chunks,
+            doc! { "t": thread, codec::CHUNK_OWNER: { "$in": addresses } },
+            x,
+        ));
+    }
+    out
 }
 
 /// An upsert's error inside a put's transaction. Two upserts that both find no document
@@ -516,12 +585,9 @@ async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
             }
         }
     }
-    if let Some(x) = p.value_expiry {
-        let [values, chunks] = refresh_filters(p);
-        for (coll, filter) in [(&inner.values, values), (&inner.chunks, chunks)] {
-            coll.update_many(filter, doc! { "$max": { "x": x } })
-                .await?;
-        }
+    for (coll, filter, x) in refreshes(inner, p) {
+        coll.update_many(filter, doc! { "$max": { "x": x } })
+            .await?;
     }
     inner
         .checkpoints
@@ -559,6 +625,9 @@ pub(crate) async fn put_writes(
     let replace = replaces_existing(&writes);
     let x = inner.config.ttl.map(codec::expiry);
     let chunk_size = inner.config.chunk_size;
+    // Chunks name the checkpoint's pending-writes documents (their address), so a later put
+    // whose delta channels need these writes refreshes the chunks' expiry with theirs.
+    let address = keys::doc_id(&[thread_id, ns, checkpoint_id]);
     // One entry per index: a replacing call keeps the last write of an index, any other
     // call the first (as applying the writes one by one would).
     let mut entries: Vec<WriteEntry> = Vec::with_capacity(writes.len());
@@ -572,8 +641,15 @@ pub(crate) async fn put_writes(
         }
         let inline = inline_total + value.len() <= MAX_INLINE_WRITES_BYTES;
         let mut scratch = Document::new();
-        let pending =
-            codec::put_value(&mut scratch, &value, thread_id, None, chunk_size, inline, x);
+        let pending = codec::put_value(
+            &mut scratch,
+            &value,
+            thread_id,
+            Some(&address),
+            chunk_size,
+            inline,
+            x,
+        );
         let stored = match pending {
             Some(c) => {
                 let s = Stored::Chunked {

@@ -72,6 +72,7 @@ pub async fn client() -> Client {
 pub struct MongoFactory {
     mode: TransactionMode,
     bulk_write: bool,
+    ttl: Option<std::time::Duration>,
     tag: &'static str,
     client: OnceCell<Client>,
     databases: Mutex<Vec<String>>,
@@ -82,6 +83,7 @@ impl MongoFactory {
         Self {
             mode,
             bulk_write: true,
+            ttl: None,
             tag,
             client: OnceCell::new(),
             databases: Mutex::new(Vec::new()),
@@ -95,13 +97,21 @@ impl MongoFactory {
         self
     }
 
+    /// Savers with `MongoConfig::ttl`: every put then also refreshes expiries, and keeps
+    /// what its delta channels need alive.
+    pub fn with_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
     pub async fn saver(&self) -> Result<MongoSaver, BoxError> {
         let client = self.client.get_or_init(client).await.clone();
         let db = unique_db(self.tag);
         self.databases.lock().unwrap().push(db.clone());
         let config = MongoConfig::new(db)
             .transactions(self.mode)
-            .bulk_write(self.bulk_write);
+            .bulk_write(self.bulk_write)
+            .ttl(self.ttl);
         let saver = MongoSaver::from_client(client, config).await?;
         saver.setup().await?;
         Ok(saver)

@@ -423,6 +423,133 @@ async fn chunked_values_expire_with_the_checkpoints_that_name_them() {
     }
 }
 
+/// A delta channel (LangGraph's `DeltaChannel`) under a TTL: its value is rebuilt from the
+/// nearest ancestor storing it and the writes since, so a put keeps those ancestors, their
+/// writes (large ones in chunks too) and the stored value alive as long as itself. Six
+/// steps, every document aged by half the TTL after each, then expired as the TTL
+/// monitor would just before the latest checkpoint expires: its history is unchanged. Put
+/// through one saver (which remembers what each checkpoint keeps) and through two taking
+/// turns (each put finds it by a walk), in a transaction and with ordered writes.
+#[tokio::test]
+async fn delta_channels_keep_their_history_under_a_ttl() {
+    if skip("delta_channels_keep_their_history_under_a_ttl") {
+        return;
+    }
+    let c = client().await;
+    let ttl = Duration::from_secs(3600);
+    let channels = ["messages".to_owned()];
+    // `js`: the checkpoints say which channels are rebuilt as LangGraph's JavaScript runtime
+    // does (`delta_writes_versioned`: every channel named without a stored value), not
+    // with Python's counters.
+    for (transactions, bulk_write, two_savers, js) in [
+        (TransactionMode::Auto, true, false, false),
+        (TransactionMode::Auto, true, true, false),
+        (TransactionMode::Disabled, false, false, true),
+        (TransactionMode::Disabled, false, true, true),
+    ] {
+        let mode =
+            format!("{transactions:?}, bulk_write {bulk_write}, two savers {two_savers}, js {js}");
+        let configure = |c: checkpoint_mongo::MongoConfig| {
+            c.ttl(Some(ttl))
+                .chunk_size(4096)
+                .transactions(transactions)
+                .bulk_write(bulk_write)
+        };
+        let first = saver_with(&c, configure).await;
+        let second = MongoSaver::from_client(c.clone(), configure(first.config().clone()))
+            .await
+            .unwrap();
+        let savers: [&MongoSaver; 2] = [&first, if two_savers { &second } else { &first }];
+
+        // The snapshot: a checkpoint storing the whole list, and a document no later step
+        // changes.
+        let mut checkpoint = Checkpoint::new();
+        let snapshot = checkpoint.set("messages", &vec!["hello"]).unwrap();
+        let document = checkpoint.set("document", &"unchanged").unwrap();
+        let mut config = first
+            .put(
+                &CheckpointConfig::new("chat"),
+                checkpoint.clone(),
+                CheckpointMetadata::new(),
+                [
+                    ("messages".to_owned(), snapshot),
+                    ("document".to_owned(), document),
+                ]
+                .into(),
+                PutOptions::new(),
+            )
+            .await
+            .unwrap();
+        for step in 1..=6_i64 {
+            let saver = savers[step as usize % 2];
+            // The step's message is a pending write of the checkpoint it ran from; every
+            // third one is large enough for chunks.
+            let text = if step % 3 == 0 {
+                format!("message {step} {}", "x".repeat(10_000))
+            } else {
+                format!("message {step}")
+            };
+            saver
+                .put_writes(
+                    &config,
+                    vec![("messages".into(), TypedValue::msgpack(&text).unwrap())],
+                    &format!("task-{step}"),
+                    PutWritesOptions::new(),
+                )
+                .await
+                .unwrap();
+            // The next checkpoint names a new version of the channel without storing it.
+            let mut next = checkpoint.successor();
+            next.channel_values.clear();
+            let version = checkpoint_core::ChannelVersion::next_string(
+                checkpoint.channel_versions.get("messages"),
+            );
+            next.channel_versions
+                .insert("messages".to_owned(), version.clone());
+            let metadata = if js {
+                CheckpointMetadata::new().with(checkpoint_core::delta::DELTA_WRITES_VERSIONED, true)
+            } else {
+                CheckpointMetadata::new().with(
+                    checkpoint_core::delta::DELTA_COUNTERS,
+                    serde_json::json!({ "messages": [step, step] }),
+                )
+            };
+            config = saver
+                .put(
+                    &config,
+                    next.clone(),
+                    metadata,
+                    [("messages".to_owned(), version)].into(),
+                    PutOptions::new(),
+                )
+                .await
+                .unwrap();
+            checkpoint = next;
+            age_documents(saver, ttl / 2).await;
+        }
+        let before = first
+            .delta_channel_history(&config, &channels)
+            .await
+            .unwrap();
+        assert_eq!(before["messages"].writes.len(), 6, "{mode}");
+        assert!(before["messages"].seed.is_some(), "{mode}");
+
+        let names = first.config().collection_names();
+        let id = config.checkpoint_id.as_deref().unwrap();
+        let latest_x = docs(&first, &names.checkpoints, doc! { "c": id }).await[0]
+            .get_datetime("x")
+            .unwrap()
+            .timestamp_millis();
+        expire_documents_before(&first, DateTime::from_millis(latest_x - 1_000)).await;
+        let after = first
+            .delta_channel_history(&config, &channels)
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {}", e.chain()));
+        assert_eq!(after, before, "{mode}");
+        drop_saver(&first).await;
+    }
+}
+
 #[tokio::test]
 async fn each_channel_version_is_stored_once() {
     if skip("each_channel_version_is_stored_once") {

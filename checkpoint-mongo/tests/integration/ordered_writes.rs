@@ -14,7 +14,12 @@ use crate::common;
 use checkpoint_mongo::{Atomicity, TransactionMode};
 use common::MongoFactory;
 
-checkpoint_conformance::conformance_suite!(MongoFactory::new("ord", TransactionMode::Disabled));
+// With a TTL (a day: nothing expires during the clauses), so ordered puts also take the
+// expiry refreshes and the delta channels' retention.
+checkpoint_conformance::conformance_suite!(
+    MongoFactory::new("ord", TransactionMode::Disabled)
+        .with_ttl(std::time::Duration::from_secs(24 * 3600))
+);
 
 #[tokio::test]
 async fn disabled_transactions_mean_ordered_writes_and_fewer_capabilities() {

@@ -1165,7 +1165,8 @@ class MongoSaver(RustCheckpointSaver):
     does (its hosts, replica set, credentials and TLS), with connections of its own.
     ``ttl`` is, as there, a number of seconds (or a ``timedelta``): every checkpoint and
     pending write expires that long after it was written, removed by TTL indexes that
-    ``setup`` creates.
+    ``setup`` creates; what a newer checkpoint's delta channels are rebuilt from lives as
+    long as that checkpoint.
 
     Durability: ``transactions`` is ``"auto"`` (the default: multi-document transactions
     where the deployment has them), ``"required"`` or ``"disabled"`` (ordered idempotent
