@@ -26,7 +26,8 @@ pub(crate) const MAX_OUTCOME_BYTES: usize = 8 * 1024 * 1024;
 /// removes a value before the checkpoints that load it.
 pub(crate) const VALUE_TTL_GRACE: Duration = Duration::from_secs(15 * 60);
 
-/// The field of a channel value's chunk that holds the value document's `_id`.
+/// The field of a chunk that names what owns it: a channel value's document (`_id`) or a
+/// pending-writes document (its address `a`), whose expiry a put refreshes with theirs.
 pub(crate) const CHUNK_OWNER: &str = "o";
 
 /// `now + ttl` as a BSON date, for the TTL index field `x`.
@@ -72,8 +73,8 @@ pub(crate) struct PendingChunks {
 
 /// Writes `value` into `doc` (`ty` plus `d`, or `ty`, `len`, `b`, `nc`), splitting it into
 /// chunks owned by `thread_id` when it is larger than `chunk_size` or when `inline` is false.
-/// The chunks of a channel value name its document's `_id` (`owner`, as field `o`), so a
-/// put that names the value refreshes their expiry with the document's.
+/// The chunks name `owner` (field `o`: the value document's `_id`, or the pending-writes
+/// document's address), so a put that refreshes the owner's expiry refreshes theirs.
 pub(crate) fn put_value(
     doc: &mut Document,
     value: &TypedValue,

@@ -216,7 +216,7 @@ async fn locate(
 /// What one checkpoint's delta channels keep alive under a TTL: per channel it needs
 /// history for, its ancestors up to the nearest one storing the channel (newest first)
 /// and that value's key (none when the walk reaches the root).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Retained {
     /// Channels this checkpoint stores a value for (written by its put, or named at the
     /// version its parent stores), with the value's key: a child's walk for them stops here.
@@ -318,7 +318,8 @@ impl RetentionMemo {
     }
 }
 
-/// What a new checkpoint keeps alive under a TTL, put on `parent` with `metadata`:
+/// What a new checkpoint keeps alive under a TTL, put with `config` (its thread, namespace
+/// and parent) and `metadata` (`named`: the key of the value each channel version it names):
 /// `stores`, the channels whose values this put writes (with their keys), plus those it
 /// names at the same version as a parent the memo remembers storing them; and, for the
 /// channels it needs history for, chains derived from what the memo remembers of `parent`,
@@ -326,18 +327,14 @@ impl RetentionMemo {
 /// `delta_channel_history` walks).
 pub(crate) async fn retained_by(
     inner: &Inner,
-    thread: &str,
-    ns: &str,
-    parent: Option<&str>,
+    config: &CheckpointConfig,
     checkpoint: &Checkpoint,
     metadata: &CheckpointMetadata,
+    named: &BTreeMap<String, String>,
     mut stores: BTreeMap<String, String>,
 ) -> Result<Retained, MongoError> {
-    let named: BTreeMap<&String, String> = checkpoint
-        .channel_versions
-        .iter()
-        .map(|(c, v)| (c, value_key(thread, ns, c, v)))
-        .collect();
+    let (thread, ns) = (config.thread_id.as_str(), config.checkpoint_ns.as_str());
+    let parent = config.checkpoint_id.as_deref();
     let known = parent.and_then(|p| {
         inner
             .retention
@@ -517,7 +514,7 @@ impl Page {
     }
 }
 
-pub(crate) fn value_key(thread: &str, ns: &str, channel: &str, version: &ChannelVersion) -> String {
+fn value_key(thread: &str, ns: &str, channel: &str, version: &ChannelVersion) -> String {
     keys::doc_id(&[thread, ns, channel, &keys::version_key(version)])
 }
 

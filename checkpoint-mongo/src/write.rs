@@ -102,27 +102,23 @@ pub(crate) async fn put(
         }
         values.push((d, chunks));
     }
-    let mut named_values: Vec<String> = checkpoint
+    // The key of the value each channel version the checkpoint names.
+    let named: BTreeMap<String, String> = checkpoint
         .channel_versions
         .iter()
-        .map(|(c, v)| keys::doc_id(&[thread_id, ns, c, &keys::version_key(v)]))
+        .map(|(c, v)| {
+            let key = keys::doc_id(&[thread_id, ns, c, &keys::version_key(v)]);
+            (c.clone(), key)
+        })
         .collect();
     // Under a TTL, what the checkpoint's delta channels are rebuilt from must live as long
     // as it does: the ancestors back to each channel's seed, their pending writes and the
     // seed's value.
     let retained = match ttl {
         Some(_) => Some(Arc::new(
-            delta::retained_by(
-                inner,
-                thread_id,
-                ns,
-                config.checkpoint_id.as_deref(),
-                &checkpoint,
-                &metadata,
-                stores,
-            )
-            .await
-            .map_err(Error::from)?,
+            delta::retained_by(inner, config, &checkpoint, &metadata, &named, stores)
+                .await
+                .map_err(Error::from)?,
         )),
         None => None,
     };
@@ -130,6 +126,7 @@ pub(crate) async fn put(
         .as_deref()
         .map(delta::Retained::ids_and_seeds)
         .unwrap_or_default();
+    let mut named_values: Vec<String> = named.into_values().collect();
     named_values.extend(seeds);
     let doc = codec::checkpoint_doc(
         thread_id,
