@@ -32,6 +32,10 @@ use crate::{
 /// lease or claim that was granted just as its call timed out stays held until its TTL runs
 /// out. A zero limit passes only calls that answer at their first poll.
 ///
+/// The deadline ends the caller's wait, not the server's work. On PostgreSQL a statement
+/// waiting for another session's lock keeps its connection until the lock is released, so
+/// give `checkpoint-postgres`'s saver the same limit as its `statement_timeout` too.
+///
 /// Put it outermost, so the deadline covers what the caller waits for; it needs a tokio
 /// runtime with the time driver.
 ///

@@ -127,10 +127,24 @@ pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> 
     if limit == 0 {
         return Ok(0);
     }
-    let n: i64 = warm!(inner.conns, |conn| sqlx::query_scalar(sql::SWEEP_EXPIRED)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_one(conn))
-    .map_err(classify)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let n: i64 = if inner.bounds_statements() {
+        // A batch may take longer than a call's limit, and one cancelled would be started
+        // over, the same, by the next sweep. It skips the threads the saver's writes hold.
+        let mut tx = inner.begin_unbounded().await.map_err(classify)?;
+        let n = sqlx::query_scalar(sql::SWEEP_EXPIRED)
+            .bind(limit)
+            .fetch_one(tx.conn())
+            .await
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        n
+    } else {
+        warm!(inner.conns, |conn| sqlx::query_scalar(sql::SWEEP_EXPIRED)
+            .bind(limit)
+            .fetch_one(conn))
+        .map_err(classify)?
+    };
     Ok(usize::try_from(n).unwrap_or(0))
 }
 

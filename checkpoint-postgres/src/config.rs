@@ -63,6 +63,7 @@ pub struct PostgresSaverBuilder {
     default_ttl: Option<Duration>,
     refresh_on_read: bool,
     transaction_pooling: bool,
+    statement_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for PostgresSaverBuilder {
@@ -75,6 +76,7 @@ impl fmt::Debug for PostgresSaverBuilder {
             .field("default_ttl", &self.default_ttl)
             .field("refresh_on_read", &self.refresh_on_read)
             .field("transaction_pooling", &self.transaction_pooling)
+            .field("statement_timeout", &self.statement_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +94,7 @@ impl PostgresSaverBuilder {
             default_ttl: None,
             refresh_on_read: false,
             transaction_pooling: false,
+            statement_timeout: None,
         }
     }
 
@@ -139,6 +142,27 @@ impl PostgresSaverBuilder {
         self
     }
 
+    /// Bounds each statement of the saver's calls on the server: PostgreSQL cancels one
+    /// still running after `limit` (its `statement_timeout`), and the call fails with a
+    /// transient [`Error::Unavailable`]. Default `None`: the server's own setting. At
+    /// least 1 ms.
+    ///
+    /// Set it with a [`TimeoutLayer`](checkpoint_core::TimeoutLayer) of the same limit. The
+    /// layer ends the caller's wait, but the statement of a call it cut short runs on in
+    /// the server and keeps its connection out of the pool until it ends. A statement
+    /// waiting for a lock that another session holds (a stalled transaction on the rows of
+    /// the same thread) does not end: a few timed-out calls on one thread would hold every
+    /// connection, and the calls of every other thread would fail too. With this bound the
+    /// server cancels such a statement and its connection returns to the pool.
+    ///
+    /// [`setup`](crate::PostgresSaver::setup), whose migrations may rightly take longer, and
+    /// `sweep_expired`, whose batch, if cancelled, the next sweep would start over the
+    /// same, run without it.
+    pub fn statement_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.statement_timeout = limit;
+        self
+    }
+
     /// Replaces the pool options (size, timeouts, lifetimes). This replaces the default
     /// liveness policy too (see the crate README); sqlx's own default pings every connection
     /// on every acquire.
@@ -155,7 +179,8 @@ impl PostgresSaverBuilder {
 
     /// Connects the pool lazily (connections open on first use): the state of a new saver.
     pub(crate) fn connect_lazy_inner(self) -> Result<Inner> {
-        let options = self.options_with_schema()?;
+        let statement_timeout_ms = self.statement_timeout_ms()?;
+        let options = self.connect_options(statement_timeout_ms)?;
         let default_ttl_ms = self.default_ttl_ms()?;
         Ok(Inner::new(
             self.pool.connect_lazy_with(options),
@@ -164,12 +189,14 @@ impl PostgresSaverBuilder {
             default_ttl_ms,
             self.refresh_on_read,
             self.transaction_pooling,
+            statement_timeout_ms,
         ))
     }
 
     /// Connects the pool, opening a first connection: the state of a new saver.
     pub(crate) async fn connect_inner(self) -> Result<Inner> {
-        let options = self.options_with_schema()?;
+        let statement_timeout_ms = self.statement_timeout_ms()?;
+        let options = self.connect_options(statement_timeout_ms)?;
         let default_ttl_ms = self.default_ttl_ms()?;
         let pool = match self.pool.connect_with(options.clone()).await {
             Ok(pool) => pool,
@@ -191,7 +218,25 @@ impl PostgresSaverBuilder {
             default_ttl_ms,
             self.refresh_on_read,
             self.transaction_pooling,
+            statement_timeout_ms,
         ))
+    }
+
+    /// The `statement_timeout` option in ms, PostgreSQL's unit (rounded up; at most what
+    /// the server accepts).
+    fn statement_timeout_ms(&self) -> Result<Option<u32>> {
+        match self.statement_timeout {
+            None => Ok(None),
+            Some(limit) if limit.is_zero() => Err(Error::invalid(
+                "statement_timeout must be at least 1 ms (None leaves the server's setting)",
+            )),
+            Some(limit) => {
+                let ms = limit.as_nanos().div_ceil(1_000_000);
+                Ok(Some(
+                    u32::try_from(ms).unwrap_or(u32::MAX).min(i32::MAX as u32),
+                ))
+            }
+        }
     }
 
     fn default_ttl_ms(&self) -> Result<Option<i64>> {
@@ -202,12 +247,19 @@ impl PostgresSaverBuilder {
         }
     }
 
-    fn options_with_schema(&self) -> Result<PgConnectOptions> {
+    /// The connections' options: the caller's, with the schema's `search_path` and the
+    /// `statement_timeout` as startup options (behind a transaction-mode pooler, which
+    /// would leave them on a server connection other clients use next, each call's
+    /// transaction sets them instead: see [`Inner::new`]).
+    fn connect_options(&self, statement_timeout_ms: Option<u32>) -> Result<PgConnectOptions> {
         // PostgreSQL's default plan caching is kept on purpose: a generic plan of the
         // filtered list cannot see the filter's selectivity and walks the global order index
         // instead of the metadata GIN index (a full index scan for a rare filter on a large
         // table). Forcing generic plans measured no faster on any W1-W4 operation.
-        let options = self.options.clone();
+        let mut options = self.options.clone();
+        if let Some(ms) = statement_timeout_ms.filter(|_| !self.transaction_pooling) {
+            options = options.options([("statement_timeout", ms)]);
+        }
         match &self.schema {
             None => Ok(options),
             Some(schema) => {

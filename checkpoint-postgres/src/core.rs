@@ -25,6 +25,9 @@ pub(crate) struct Inner {
     pub(crate) default_ttl_ms: Option<i64>,
     /// Whether `get_tuple` restarts the TTL of the thread it read.
     pub(crate) refresh_on_read: bool,
+    /// Whether the saver's statements carry a `statement_timeout` (the builder's option),
+    /// which [`begin_unbounded`](Self::begin_unbounded) lifts.
+    statement_timeout: bool,
 }
 
 impl Inner {
@@ -38,8 +41,27 @@ impl Inner {
         self.conns.begin().await
     }
 
-    /// A saver's state over `pool`; `transaction_pooling` as the builder's option of that
-    /// name.
+    /// A transaction whose statements no `statement_timeout` of the saver bounds: for
+    /// `setup` and the sweeper, whose work may rightly take longer than a call's limit.
+    pub(crate) async fn begin_unbounded(&self) -> Result<Tx, sqlx::Error> {
+        let mut tx = self.begin().await?;
+        if self.statement_timeout {
+            sqlx::query("SET LOCAL statement_timeout TO 0")
+                .execute(tx.conn())
+                .await?;
+        }
+        Ok(tx)
+    }
+
+    /// Whether the saver's statements carry a `statement_timeout`.
+    pub(crate) fn bounds_statements(&self) -> bool {
+        self.statement_timeout
+    }
+
+    /// A saver's state over `pool`; `transaction_pooling` and `statement_timeout_ms` (in
+    /// ms) as the builder's options of those names. Directly, the `statement_timeout` is a
+    /// startup option of the pool's connections; behind a transaction-mode pooler, each
+    /// call's transaction sets it, as it sets the schema's `search_path`.
     pub(crate) fn new(
         pool: PgPool,
         lost: Arc<LostConnections>,
@@ -47,19 +69,36 @@ impl Inner {
         default_ttl_ms: Option<i64>,
         refresh_on_read: bool,
         transaction_pooling: bool,
+        statement_timeout_ms: Option<u32>,
     ) -> Self {
-        let begin = transaction_pooling.then(|| match &schema {
-            Some(schema) => format!("BEGIN; SET LOCAL search_path TO {}", quoted_schema(schema)),
-            None => "BEGIN".to_owned(),
+        let begin = transaction_pooling.then(|| {
+            let mut begin = "BEGIN".to_owned();
+            if let Some(schema) = &schema {
+                begin.push_str(&format!(
+                    "; SET LOCAL search_path TO {}",
+                    quoted_schema(schema)
+                ));
+            }
+            if let Some(ms) = statement_timeout_ms {
+                begin.push_str(&format!("; SET LOCAL statement_timeout TO {ms}"));
+            }
+            begin
         });
         Self {
             conns: Conns {
-                warm: Arc::new(Warm::with_lost_connections(pool, lost)),
+                // With the server bounding statements, a cancelled call's connection is
+                // closed: sqlx's test of a returned connection can wait for good on one
+                // cancelled mid-exchange.
+                warm: Arc::new(
+                    Warm::with_lost_connections(pool, lost)
+                        .close_cancelled(statement_timeout_ms.is_some()),
+                ),
                 begin: begin.map(Arc::from),
             },
             schema,
             default_ttl_ms,
             refresh_on_read,
+            statement_timeout: statement_timeout_ms.is_some(),
         }
     }
 }

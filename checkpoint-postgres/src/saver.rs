@@ -93,6 +93,7 @@ impl PostgresSaver {
             None,
             false,
             false,
+            None,
         ))
     }
 

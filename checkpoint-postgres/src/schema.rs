@@ -15,9 +15,10 @@ use crate::error::{PgError, PgResult};
 use crate::sql;
 
 /// Applies every migration not yet recorded, in one transaction serialized by an advisory
-/// lock (see `PostgresSaver::setup`).
+/// lock (see `PostgresSaver::setup`), without the saver's `statement_timeout`.
 pub(crate) async fn setup(inner: &Inner) -> PgResult<()> {
-    let mut tx = inner.begin().await?;
+    // Migrations of a large table may take longer than any call's limit.
+    let mut tx = inner.begin_unbounded().await?;
     let lock_name = format!(
         "checkpoint-rs setup {}",
         inner.schema.as_deref().unwrap_or("")

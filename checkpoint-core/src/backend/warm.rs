@@ -28,7 +28,8 @@ const OUT_AT_MOST: Duration = Duration::from_secs(1);
 /// An operation that succeeded leaves its connection idle and in a known state, so
 /// [`Warm`] keeps it for the next operation instead, without the ping. Anything else (an
 /// error, a cancelled call) hands the connection back to the pool, which tests it as
-/// before, and so does:
+/// before (or closes a cancelled call's: [`close_cancelled`](Warm::close_cancelled)), and
+/// so does:
 ///
 /// * a connection idle here for 250 ms (a task returns it), so the pool's other users wait
 ///   at most that long when the saver is quiet;
@@ -50,6 +51,9 @@ pub struct Warm<DB: Database> {
     pool: Pool<DB>,
     idle: Mutex<Idle<DB>>,
     lost: Arc<LostConnections>,
+    /// Whether a connection whose operation was cancelled is closed rather than handed
+    /// back (see [`close_cancelled`](Self::close_cancelled)).
+    close_cancelled: bool,
 }
 
 /// When one of a pool's connections was last found dead, shared between a [`Warm`] and the
@@ -161,7 +165,24 @@ impl<DB: Database> Warm<DB> {
                 runtime: None,
             }),
             lost,
+            close_cancelled: false,
         }
+    }
+
+    /// Closes the connection of an operation that was cancelled (its future dropped before
+    /// it finished) instead of handing it back to the pool (default `false`).
+    ///
+    /// sqlx's connections are not cancel-safe: one dropped in the middle of an exchange
+    /// (while a statement is prepared, say) can be left with the server waiting for a
+    /// message the client will never send, and the pool's test of the returned connection
+    /// then waits for an answer that never comes, keeping its place in the pool for good.
+    /// Closing it frees the place at once. A statement still running on the server runs
+    /// on until it ends, so turn this on only where the server bounds statements
+    /// (PostgreSQL's `statement_timeout`): otherwise each cancelled call could leave a
+    /// server process behind, where today it keeps one of the pool's connections.
+    pub fn close_cancelled(mut self, yes: bool) -> Self {
+        self.close_cancelled = yes;
+        self
     }
 
     /// A call failed because its connection was dead: records the moment and hands every
@@ -190,22 +211,12 @@ impl<DB: Database> Warm<DB> {
     /// The pool's, when it has no connection to give.
     pub async fn acquire(self: &Arc<Self>) -> Result<Conn<DB>, sqlx::Error> {
         let waiting = match self.take_or_wait() {
-            Ok((conn, out_since)) => {
-                return Ok(Conn {
-                    conn,
-                    out_since,
-                    warm: Arc::clone(self),
-                });
-            }
+            Ok((conn, out_since)) => return Ok(Conn::new(conn, out_since, self)),
             Err(waiting) => waiting,
         };
         let conn = self.pool.acquire().await?;
         drop(waiting);
-        Ok(Conn {
-            conn,
-            out_since: Instant::now(),
-            warm: Arc::clone(self),
-        })
+        Ok(Conn::new(conn, Instant::now(), self))
     }
 
     /// Awaits `take`, which takes its connection from the pool itself (`Pool::begin`, say),
@@ -423,10 +434,14 @@ async fn return_idle<DB: Database>(mut task: Returning<DB>, closed: CloseEvent) 
 /// A connection for one operation (see [`Warm`]). Dropping it without [`Conn::done`] hands
 /// it back to the pool, which tests it.
 pub struct Conn<DB: Database> {
-    conn: PoolConnection<DB>,
+    /// `None` once [`done`](Conn::done) kept it warm.
+    conn: Option<PoolConnection<DB>>,
     /// When it was taken from the pool.
     out_since: Instant,
     warm: Arc<Warm<DB>>,
+    /// Whether its operation ran to its end, with a result or an error (see
+    /// [`Warm::close_cancelled`]).
+    settled: bool,
 }
 
 impl<DB: Database> std::fmt::Debug for Conn<DB> {
@@ -438,21 +453,51 @@ impl<DB: Database> std::fmt::Debug for Conn<DB> {
 }
 
 impl<DB: Database> Conn<DB> {
+    fn new(conn: PoolConnection<DB>, out_since: Instant, warm: &Arc<Warm<DB>>) -> Self {
+        Self {
+            conn: Some(conn),
+            out_since,
+            warm: Arc::clone(warm),
+            settled: false,
+        }
+    }
+
+    /// The operation ran to its end (with a result or an error): the connection is not
+    /// in the middle of an exchange. Dropped without this, it counts as cancelled.
+    pub fn settled(&mut self) {
+        self.settled = true;
+    }
+
     /// The operation succeeded: the connection is idle and in a known state, so it may stay
     /// warm for the next operation.
-    pub fn done(self) {
-        let Self {
-            conn,
-            out_since,
-            warm,
-        } = self;
-        warm.push(conn, out_since);
+    pub fn done(mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.warm.push(conn, self.out_since);
+        }
     }
 
     /// The call found the connection unusable: it is closed instead of going back to the
     /// pool, where the next operation would meet the same failure.
     pub fn discard(mut self) {
-        self.conn.close_on_drop();
+        if let Some(conn) = &mut self.conn {
+            conn.close_on_drop();
+        }
+    }
+
+    fn conn(&self) -> &PoolConnection<DB> {
+        // Taken only by `done`, which consumes `self`.
+        self.conn.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl<DB: Database> Drop for Conn<DB> {
+    fn drop(&mut self) {
+        if let Some(conn) = &mut self.conn
+            && !self.settled
+            && self.warm.close_cancelled
+        {
+            conn.close_on_drop();
+        }
     }
 }
 
@@ -460,13 +505,13 @@ impl<DB: Database> Deref for Conn<DB> {
     type Target = DB::Connection;
 
     fn deref(&self) -> &DB::Connection {
-        &self.conn
+        self.conn()
     }
 }
 
 impl<DB: Database> DerefMut for Conn<DB> {
     fn deref_mut(&mut self) -> &mut DB::Connection {
-        &mut self.conn
+        self.conn.as_mut().unwrap_or_else(|| unreachable!())
     }
 }
 
@@ -503,6 +548,7 @@ macro_rules! __warm {
                 let $conn = &mut *warm_conn;
                 $run.await
             };
+            warm_conn.settled();
             match out {
                 Ok(out) => {
                     warm_conn.done();
@@ -526,6 +572,7 @@ macro_rules! __warm {
             let $conn = &mut *warm_conn;
             $run.await
         };
+        warm_conn.settled();
         match &out {
             Ok(_) => warm_conn.done(),
             Err(e) if $lost(e) => {
@@ -542,6 +589,7 @@ macro_rules! __warm {
             let $conn = &mut *warm_conn;
             $run.await
         };
+        warm_conn.settled();
         if out.is_ok() {
             warm_conn.done();
         }
@@ -816,5 +864,31 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(warm.idle().conns.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_operations_connection_is_closed_when_asked() {
+        for close in [false, true] {
+            let pool = pool(2).await;
+            let warm = Arc::new(Warm::new(pool.clone()).close_cancelled(close));
+            // Settled (ran to an error): back to the pool either way.
+            let mut conn = warm.acquire().await.unwrap();
+            assert!(sqlx::query("SELEC").execute(&mut *conn).await.is_err());
+            conn.settled();
+            drop(conn);
+            all_back(&pool).await;
+            // Dropped before its operation settled: closed only when asked.
+            let conn = warm.acquire().await.unwrap();
+            drop(conn);
+            let started = Instant::now();
+            if close {
+                while pool.size() > 0 {
+                    assert!(started.elapsed() < Duration::from_secs(3), "never closed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            } else {
+                all_back(&pool).await;
+            }
+        }
     }
 }

@@ -12,5 +12,6 @@ mod pooler;
 mod recovery;
 mod restart;
 mod stack;
+mod timeouts;
 mod ttl;
 mod warm;

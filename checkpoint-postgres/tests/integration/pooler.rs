@@ -317,6 +317,16 @@ async fn through_a_transaction_pooler_concurrent_callers_see_their_own_threads()
     drop_schemas(&url, &[schema]).await;
 }
 
+#[tokio::test]
+async fn through_a_transaction_pooler_a_stalled_thread_leaves_the_pool_to_the_others() {
+    // The statement_timeout is set in each call's transaction there, not at connection.
+    let Some(url) = url_or_skip() else { return };
+    let Some((_bouncer, through)) = bouncer(&url, Pooling::Transaction(2)) else {
+        return;
+    };
+    crate::timeouts::a_stalled_thread_leaves_the_pool_to_the_others(through, &url, true).await;
+}
+
 /// Savers through a transaction-mode PgBouncer of their own (2 server connections), each in
 /// a new schema; teardown stops the pooler and drops the schemas.
 #[derive(Default)]
