@@ -61,6 +61,10 @@ pub(crate) struct Options {
     /// The time to live of every checkpoint and pending write from when it was written, by
     /// TTL indexes (MongoDB: LangGraph's `MongoDBSaver(ttl=seconds)`).
     pub(crate) collection_ttl: Option<Duration>,
+    /// The `statement_timeout` of a PostgreSQL saver's connections, a little longer than
+    /// the `timeout` option: there alone a statement the client gave up on can wait for
+    /// another session's lock for as long as it is held.
+    pub(crate) statement_timeout: Option<Duration>,
 }
 
 /// Which wrappers of `checkpoint-sanitize` to put around the backend (outermost first:
@@ -187,7 +191,8 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
             let mut builder = PostgresSaver::builder(&url)?
                 .default_ttl(options.default_ttl)
                 .refresh_on_read(options.refresh_on_read.unwrap_or(false))
-                .transaction_pooling(options.transaction_pooling.unwrap_or(false));
+                .transaction_pooling(options.transaction_pooling.unwrap_or(false))
+                .statement_timeout(options.statement_timeout);
             if let Some(schema) = options.schema {
                 builder = builder.schema(schema);
             }

@@ -367,7 +367,9 @@ impl NativeSaver {
             "mongodb" => Backend::Mongo(target),
             other => return Err(PyValueError::new_err(format!("unknown backend {other:?}"))),
         };
+        let timeout = timeout_seconds.map(call_timeout).transpose()?;
         let options = Options {
+            statement_timeout: timeout.map(server_bound),
             schema,
             key_prefix,
             database,
@@ -391,7 +393,7 @@ impl NativeSaver {
         };
         let recipe = Recipe {
             backend,
-            timeout: timeout_seconds.map(call_timeout).transpose()?,
+            timeout,
             wrappers: Wrappers {
                 sanitize_on_load,
                 pending_markers,
@@ -863,6 +865,15 @@ impl NativeSaver {
             |py, h| convert::delta_to_py(py, &h),
         )
     }
+}
+
+/// The `statement_timeout` a PostgreSQL saver's connections get for the `timeout` option:
+/// a little longer, so that the call's own deadline passes first (its error says the call
+/// got no answer in time) and the server cancels what the call left behind shortly after.
+fn server_bound(timeout: Duration) -> Duration {
+    timeout
+        .saturating_add(timeout / 10)
+        .saturating_add(Duration::from_millis(100))
 }
 
 /// The `timeout` option, in seconds: positive and finite.

@@ -379,6 +379,43 @@ async def test_timeout_bounds_calls_that_wait(make_store) -> None:
     assert store.saver(timeout=timedelta(seconds=5)).get_tuple(config) is not None
 
 
+def test_a_stalled_thread_leaves_the_pool_to_the_others(make_store) -> None:
+    """`timeout=` on PostgreSQL bounds the saver's statements on the server too: calls on a
+    thread whose rows another session holds (a stalled writer) time out, but calls on other
+    threads go on, however many of the stalled thread's calls gave up. (Bounded on the
+    client alone, each such statement kept its pooled connection waiting for the lock: two
+    of them took this saver's whole pool, and every other thread's calls timed out.)"""
+    import psycopg
+
+    store = make_store("postgres")
+    saver = store.saver(timeout=0.3, max_connections=2)
+    put_chain(saver, "held", 1)
+    held = saver.get_tuple({"configurable": {"thread_id": "held"}})
+    head = {"configurable": {"thread_id": "held", "checkpoint_ns": ""}}
+    with psycopg.connect(store.target) as locker:
+        # Should the saver wait for good, the server ends the lock's session after 20 s.
+        locker.execute("SET idle_in_transaction_session_timeout = '20s'")
+        locker.execute(
+            f'SELECT 1 FROM "{store.options["schema"]}".checkpoints WHERE thread_id = %s FOR UPDATE',
+            ("held",),
+        )
+        for _ in range(4):
+            # Storing the held checkpoint again waits for its row.
+            with pytest.raises(errors.UnavailableError):
+                saver.put(head, held.checkpoint, held.metadata, {})
+        give_up = time.monotonic() + 5
+        for n in range(4):
+            while True:
+                try:
+                    put_chain(saver, f"free-{n}", 1)
+                    break
+                except errors.UnavailableError:
+                    assert time.monotonic() < give_up, "the stalled thread took the pool"
+                    time.sleep(0.05)
+        locker.rollback()
+    saver.put(head, held.checkpoint, held.metadata, {})
+
+
 def test_ctrl_c_interrupts_a_call_that_waits(make_store) -> None:
     """A blocking call waits without the GIL, yet the main thread's signal handlers still
     run: Ctrl-C raises KeyboardInterrupt in a call that waits on another session's lock

@@ -480,8 +480,10 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       dropped and raises :class:`checkpoint_rs.errors.UnavailableError` (transient: a retry
       may succeed). As when a connection breaks, a call cut short may have taken effect or
       not: read to find out. (Opening the saver, ``purge``, ``drop_collections`` and the
-      background sweeper are not bounded; on PostgreSQL a statement cut short runs on in
-      the server until it ends, and keeps its pooled connection meanwhile.)
+      background sweeper are not bounded.) On PostgreSQL the server bounds the saver's
+      statements too (``statement_timeout``, a tenth longer than ``timeout`` plus 100 ms;
+      ``setup`` and sweeps excepted), and a cut call's connection is closed, so a thread
+      whose rows another session holds cannot take the pool from the other threads.
     """
 
     _kind: str = ""
