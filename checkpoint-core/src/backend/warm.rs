@@ -432,7 +432,8 @@ async fn return_idle<DB: Database>(mut task: Returning<DB>, closed: CloseEvent) 
 }
 
 /// A connection for one operation (see [`Warm`]). Dropping it without [`Conn::done`] hands
-/// it back to the pool, which tests it.
+/// it back to the pool, which tests it, or closes it when its operation did not settle and
+/// the [`Warm`] closes cancelled ones ([`Warm::close_cancelled`]).
 pub struct Conn<DB: Database> {
     /// `None` once [`done`](Conn::done) kept it warm.
     conn: Option<PoolConnection<DB>>,
