@@ -128,7 +128,7 @@ pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> 
         return Ok(0);
     }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let n: i64 = if inner.bounds_statements() {
+    let n: i64 = if inner.bounds_statements {
         // A batch may take longer than a call's limit, and one cancelled would be started
         // over, the same, by the next sweep. It skips the threads the saver's writes hold.
         let mut tx = inner.begin_unbounded().await.map_err(classify)?;

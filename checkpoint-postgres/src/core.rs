@@ -27,7 +27,7 @@ pub(crate) struct Inner {
     pub(crate) refresh_on_read: bool,
     /// Whether the saver's statements carry a `statement_timeout` (the builder's option),
     /// which [`begin_unbounded`](Self::begin_unbounded) lifts.
-    statement_timeout: bool,
+    pub(crate) bounds_statements: bool,
 }
 
 impl Inner {
@@ -45,17 +45,12 @@ impl Inner {
     /// `setup` and the sweeper, whose work may rightly take longer than a call's limit.
     pub(crate) async fn begin_unbounded(&self) -> Result<Tx, sqlx::Error> {
         let mut tx = self.begin().await?;
-        if self.statement_timeout {
+        if self.bounds_statements {
             sqlx::query("SET LOCAL statement_timeout TO 0")
                 .execute(tx.conn())
                 .await?;
         }
         Ok(tx)
-    }
-
-    /// Whether the saver's statements carry a `statement_timeout`.
-    pub(crate) fn bounds_statements(&self) -> bool {
-        self.statement_timeout
     }
 
     /// A saver's state over `pool`; `transaction_pooling` and `statement_timeout_ms` (in
@@ -98,7 +93,7 @@ impl Inner {
             schema,
             default_ttl_ms,
             refresh_on_read,
-            statement_timeout: statement_timeout_ms.is_some(),
+            bounds_statements: statement_timeout_ms.is_some(),
         }
     }
 }

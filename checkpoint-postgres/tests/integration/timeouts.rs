@@ -43,6 +43,19 @@ pub(crate) async fn a_stalled_thread_leaves_the_pool_to_the_others(
         .unwrap()
         .remove(0);
 
+    // The saver's connections are told apart by their application name (below).
+    let mut watcher = sqlx::PgConnection::connect(direct).await.unwrap();
+    let named: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(&schema)
+            .fetch_one(&mut watcher)
+            .await
+            .unwrap();
+    assert!(
+        named > 0,
+        "no connection of the saver carries its application name"
+    );
+
     let mut holder = sqlx::PgConnection::connect(direct).await.unwrap();
     let mut held = holder.begin().await.unwrap();
     let lock =
@@ -85,7 +98,6 @@ pub(crate) async fn a_stalled_thread_leaves_the_pool_to_the_others(
         }
     }
     // No statement of the saver still waits for the lock: the server cancelled them.
-    let mut watcher = sqlx::PgConnection::connect(direct).await.unwrap();
     let settled = Instant::now() + Duration::from_secs(3);
     loop {
         let n: i64 = sqlx::query_scalar(
