@@ -1,6 +1,7 @@
 //! The state every module shares: the pool, the schema and how statements reach the
 //! server. Modules depend on this one, never on `saver.rs`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -9,9 +10,10 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{
-    PgArguments, PgConnection, PgPool, PgQueryResult, PgRow, PgStatement, PgTypeInfo, Postgres,
+    PgArguments, PgConnection, PgPool, PgQueryResult, PgRow, PgStatement, PgTransactionManager,
+    PgTypeInfo, Postgres,
 };
-use sqlx::{Describe, Either, Execute, Executor, Transaction};
+use sqlx::{Describe, Either, Execute, Executor, Transaction, TransactionManager};
 
 use crate::config::quoted_schema;
 
@@ -141,32 +143,35 @@ impl Conns {
         })
     }
 
-    /// A transaction on a connection of the pool, the warm ones handed back first (see
-    /// [`Warm::through_pool`](checkpoint_core::backend::Warm::through_pool)), with the
+    /// A transaction on a connection of the saver (a warm one, else the pool's), with the
     /// schema's `search_path` behind a transaction-mode pooler.
     pub(crate) async fn begin(&self) -> Result<Tx, sqlx::Error> {
-        let pool = self.warm.pool();
-        let tx = self
-            .warm
-            .through_pool(async {
-                match &self.begin {
-                    None => pool.begin().await,
-                    Some(begin) => pool.begin_with(begin.to_string()).await,
-                }
-            })
-            .await?;
+        let mut conn = self.warm.acquire().await?;
+        let statement = self.begin.as_deref().map(|b| Cow::Owned(b.to_owned()));
+        PgTransactionManager::begin(&mut conn, statement).await?;
         Ok(Tx {
-            tx,
+            conn: Some(conn),
             named: self.begin.is_none(),
         })
     }
 }
 
-/// A transaction of several statements (see [`Conns::begin`]), rolled back if dropped
-/// before [`commit`](Self::commit). Its statements run on [`conn`](Self::conn), which
-/// prepares them as the saver must; the connection itself is not reachable.
+/// A transaction of several statements (see [`Conns::begin`]). Its statements run on
+/// [`conn`](Self::conn), which prepares them as the saver must; the connection itself is
+/// not reachable.
+///
+/// Committed, its connection stays warm for the next operation. Dropped before that (an
+/// error, a cancelled call), it is rolled back as sqlx's own transactions are: the
+/// `ROLLBACK` goes with the pool's test of the returned connection. When the saver closes
+/// cancelled calls' connections ([`Warm::close_cancelled`]), an uncommitted transaction's
+/// connection is closed instead and the server rolls back: the call may have been cut short
+/// mid-statement, and sqlx's test of a connection left in the middle of an exchange can
+/// wait for good.
+///
+/// [`Warm::close_cancelled`]: checkpoint_core::backend::Warm::close_cancelled
 pub(crate) struct Tx {
-    tx: Transaction<'static, Postgres>,
+    /// `None` once committed.
+    conn: Option<checkpoint_core::backend::Conn<Postgres>>,
     named: bool,
 }
 
@@ -174,14 +179,30 @@ impl Tx {
     /// The executor to run the transaction's next statement on.
     pub(crate) fn conn(&mut self) -> PgConn<'_> {
         PgConn {
-            conn: &mut self.tx,
+            // Taken only by `commit`, which consumes `self`.
+            conn: self.conn.as_deref_mut().unwrap_or_else(|| unreachable!()),
             named: self.named,
         }
     }
 
     /// Commits the transaction.
-    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
-        self.tx.commit().await
+    pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
+        PgTransactionManager::commit(self.conn().conn).await?;
+        if let Some(mut conn) = self.conn.take() {
+            conn.settled();
+            conn.done();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if let Some(conn) = &mut self.conn {
+            // Queued only: the pool's test of the connection sends it, unless the
+            // connection is closed (see above).
+            PgTransactionManager::start_rollback(conn);
+        }
     }
 }
 

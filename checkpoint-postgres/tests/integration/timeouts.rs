@@ -16,10 +16,11 @@ use crate::common::{drop_schemas, saver_in_schema, unique_schema, url_or_skip};
 const LIMIT: Duration = Duration::from_millis(300);
 
 /// Another session holds the rows of one thread in an open transaction (a stalled writer);
-/// the saver's calls on that thread time out, more of them than it has connections. Then
-/// calls on other threads must succeed: the server cancelled the stalled statements and
-/// their connections returned to the pool. (Without the server's bound each such statement
-/// waits for the lock, keeps its connection, and every later call times out too.)
+/// the saver's calls on that thread time out, more of them than it has connections: puts
+/// (one statement each) and TTL changes (a transaction of two). Then calls on other threads
+/// must succeed: the server cancelled the stalled statements and their connections returned
+/// to the pool. (Without the server's bound each such statement waits for the lock, keeps
+/// its connection, and every later call times out too.)
 /// `connect` reaches the server through `options`; `direct` is the server itself, for the
 /// stalling session.
 pub(crate) async fn a_stalled_thread_leaves_the_pool_to_the_others(
@@ -42,6 +43,8 @@ pub(crate) async fn a_stalled_thread_leaves_the_pool_to_the_others(
         .await
         .unwrap()
         .remove(0);
+    let ttl = ThreadTtl::Expire(Duration::from_secs(3600));
+    saver.set_thread_ttl("stalled", ttl).await.unwrap();
 
     // The saver's connections are told apart by their application name (below).
     let mut watcher = sqlx::PgConnection::connect(direct).await.unwrap();
@@ -58,9 +61,11 @@ pub(crate) async fn a_stalled_thread_leaves_the_pool_to_the_others(
 
     let mut holder = sqlx::PgConnection::connect(direct).await.unwrap();
     let mut held = holder.begin().await.unwrap();
-    let lock =
-        format!("SELECT 1 FROM \"{schema}\".checkpoints WHERE thread_id = 'stalled' FOR UPDATE");
-    sqlx::query(&lock).execute(&mut *held).await.unwrap();
+    for table in ["checkpoints", "checkpoint_threads"] {
+        let lock =
+            format!("SELECT 1 FROM \"{schema}\".{table} WHERE thread_id = 'stalled' FOR UPDATE");
+        sqlx::query(&lock).execute(&mut *held).await.unwrap();
+    }
 
     // Putting the held checkpoint again waits for its row.
     let head = fixtures::cfg("stalled", "");
@@ -71,10 +76,14 @@ pub(crate) async fn a_stalled_thread_leaves_the_pool_to_the_others(
         );
         saver.put(&head, c, stalled.metadata.clone(), v, Default::default())
     };
-    for attempt in 0..4 {
-        let err = again()
-            .await
-            .expect_err("the row is held: the put cannot finish");
+    // So does changing its TTL, in a transaction.
+    for attempt in 0..8 {
+        let err = if attempt % 2 == 0 {
+            again().await.map(drop)
+        } else {
+            saver.set_thread_ttl("stalled", ttl).await
+        }
+        .expect_err("the rows are held: the call cannot finish");
         assert!(
             matches!(err, Error::Unavailable { .. }) && err.is_transient(),
             "attempt {attempt}: {}",
