@@ -128,23 +128,17 @@ pub(crate) async fn sweep_expired(inner: &Inner, limit: usize) -> Result<usize> 
         return Ok(0);
     }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let n: i64 = if inner.bounds_statements {
-        // A batch may take longer than a call's limit, and one cancelled would be started
-        // over, the same, by the next sweep. It skips the threads the saver's writes hold.
-        let mut tx = inner.begin_unbounded().await.map_err(classify)?;
-        let n = sqlx::query_scalar(sql::SWEEP_EXPIRED)
-            .bind(limit)
-            .fetch_one(tx.conn())
-            .await
-            .map_err(classify)?;
-        tx.commit().await.map_err(classify)?;
-        n
-    } else {
-        warm!(inner.conns, |conn| sqlx::query_scalar(sql::SWEEP_EXPIRED)
-            .bind(limit)
-            .fetch_one(conn))
-        .map_err(classify)?
-    };
+    // In a transaction: its `BEGIN` may be sent again after a restart, where the sweep may
+    // not (an answer lost after it committed would have it delete a second batch). A batch
+    // may take longer than a call's limit, and one cancelled would be started over, the
+    // same, by the next sweep. It skips the threads the saver's writes hold.
+    let mut tx = inner.begin_unbounded().await.map_err(classify)?;
+    let n: i64 = sqlx::query_scalar(sql::SWEEP_EXPIRED)
+        .bind(limit)
+        .fetch_one(tx.conn())
+        .await
+        .map_err(classify)?;
+    tx.commit().await.map_err(classify)?;
     Ok(usize::try_from(n).unwrap_or(0))
 }
 

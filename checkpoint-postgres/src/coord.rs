@@ -1,5 +1,13 @@
 //! Coordination: thread leases with fencing tokens, and the idempotency ledger, timed by
 //! the server's clock.
+//!
+//! Every statement here may run twice (`warm!(idempotent ...)`: sent again when its
+//! connection turns out dead, so a server restart fails none of them). Run again after its
+//! answer was lost, each has the outcome of the first: a holder acquiring the lease it holds
+//! keeps its token, a renewal or release of the same token repeats itself, completing a
+//! completed claim with its token succeeds, abandoning is a no-op. A claim that was acquired
+//! but whose answer was lost answers `Pending` to its rerun, as it would to the caller's own
+//! retry: the effect waits for the claim to expire and never runs twice at once.
 
 use std::time::Duration;
 
@@ -18,12 +26,13 @@ pub(crate) async fn acquire_lease(
     ttl: Duration,
 ) -> Result<Option<Lease>> {
     IDENTIFIERS.check_lease(thread_id, holder, ttl)?;
-    let token: Option<i64> = warm!(inner.conns, |conn| sqlx::query_scalar(sql::ACQUIRE_LEASE)
+    let token: Option<i64> =
+        warm!(idempotent inner.conns, |conn| sqlx::query_scalar(sql::ACQUIRE_LEASE)
         .bind(thread_id)
         .bind(holder)
         .bind(micros(ttl))
         .fetch_optional(conn))
-    .map_err(classify)?;
+        .map_err(classify)?;
     Ok(token.map(|token| Lease {
         thread_id: thread_id.to_owned(),
         holder: holder.to_owned(),
@@ -34,7 +43,7 @@ pub(crate) async fn acquire_lease(
 
 pub(crate) async fn renew_lease(inner: &Inner, lease: &Lease, ttl: Duration) -> Result<Lease> {
     IDENTIFIERS.check_lease(&lease.thread_id, &lease.holder, ttl)?;
-    let row = warm!(inner.conns, |conn| sqlx::query(sql::RENEW_LEASE)
+    let row = warm!(idempotent inner.conns, |conn| sqlx::query(sql::RENEW_LEASE)
         .bind(&lease.thread_id)
         .bind(&lease.holder)
         .bind(token_i64(lease.token))
@@ -60,7 +69,7 @@ pub(crate) async fn release_lease(inner: &Inner, lease: &Lease) -> Result<()> {
     if !storable(&lease.thread_id) || !storable(&lease.holder) {
         return Ok(());
     }
-    warm!(inner.conns, |conn| sqlx::query(sql::RELEASE_LEASE)
+    warm!(idempotent inner.conns, |conn| sqlx::query(sql::RELEASE_LEASE)
         .bind(&lease.thread_id)
         .bind(&lease.holder)
         .bind(token_i64(lease.token))
@@ -73,17 +82,18 @@ pub(crate) async fn claim(inner: &Inner, key: &str, ttl: Duration) -> Result<Cla
     IDENTIFIERS.check_claim(key, ttl)?;
     // A concurrent claimer may commit between the two statements; a few rounds settle it.
     for _ in 0..8 {
-        let acquired: Option<i64> = warm!(inner.conns, |conn| sqlx::query_scalar(sql::CLAIM)
+        let acquired: Option<i64> =
+            warm!(idempotent inner.conns, |conn| sqlx::query_scalar(sql::CLAIM)
             .bind(key)
             .bind(micros(ttl))
             .fetch_optional(conn))
-        .map_err(classify)?;
+            .map_err(classify)?;
         if let Some(token) = acquired {
             return Ok(Claim::Acquired {
                 token: token_u64(token),
             });
         }
-        let state = warm!(inner.conns, |conn| sqlx::query(sql::CLAIM_STATE)
+        let state = warm!(idempotent inner.conns, |conn| sqlx::query(sql::CLAIM_STATE)
             .bind(key)
             .fetch_optional(conn))
         .map_err(classify)?;
@@ -124,7 +134,7 @@ pub(crate) async fn complete_claim(
     outcome: TypedValue,
 ) -> Result<()> {
     IDENTIFIERS.check("ledger key", key)?;
-    let row = warm!(inner.conns, |conn| sqlx::query(sql::COMPLETE_CLAIM)
+    let row = warm!(idempotent inner.conns, |conn| sqlx::query(sql::COMPLETE_CLAIM)
         .bind(key)
         .bind(token_i64(token))
         .bind(outcome.type_tag.as_str())
@@ -154,7 +164,7 @@ pub(crate) async fn abandon_claim(inner: &Inner, key: &str, token: u64) -> Resul
     if !storable(key) {
         return Ok(());
     }
-    warm!(inner.conns, |conn| sqlx::query(sql::ABANDON_CLAIM)
+    warm!(idempotent inner.conns, |conn| sqlx::query(sql::ABANDON_CLAIM)
         .bind(key)
         .bind(token_i64(token))
         .execute(conn))

@@ -4,10 +4,11 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use checkpoint_core::backend::LostConnections;
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
+use futures::future::{BoxFuture, FutureExt};
+use futures::stream::{BoxStream, StreamExt};
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{
     PgArguments, PgConnection, PgPool, PgQueryResult, PgRow, PgStatement, PgTransactionManager,
@@ -16,6 +17,7 @@ use sqlx::postgres::{
 use sqlx::{Describe, Either, Execute, Executor, Transaction, TransactionManager};
 
 use crate::config::quoted_schema;
+use crate::error::connection_lost;
 
 /// Shared state of a saver and its clones.
 pub(crate) struct Inner {
@@ -144,15 +146,35 @@ impl Conns {
     }
 
     /// A transaction on a connection of the saver (a warm one, else the pool's), with the
-    /// schema's `search_path` behind a transaction-mode pooler.
+    /// schema's `search_path` behind a transaction-mode pooler. A connection found dead by
+    /// the `BEGIN` (a server restart) is closed and the `BEGIN` sent once more on another,
+    /// which the pool checks first: nothing ran on the dead one.
     pub(crate) async fn begin(&self) -> Result<Tx, sqlx::Error> {
-        let mut conn = self.warm.acquire().await?;
         let statement = self.begin.as_deref().map(|b| Cow::Owned(b.to_owned()));
-        PgTransactionManager::begin(&mut conn, statement).await?;
-        Ok(Tx {
-            conn: Some(conn),
-            named: self.begin.is_none(),
-        })
+        let mut retried = false;
+        loop {
+            let mut conn = self.warm.acquire().await?;
+            match PgTransactionManager::begin(&mut conn, statement.clone()).await {
+                Ok(()) => {
+                    return Ok(Tx {
+                        conn: Some(conn),
+                        warm: Arc::clone(&self.warm),
+                        named: self.begin.is_none(),
+                        lost: AtomicBool::new(false),
+                    });
+                }
+                Err(e) if connection_lost(&e) => {
+                    conn.settled();
+                    conn.discard();
+                    self.warm.connection_lost(&e);
+                    if retried {
+                        return Err(e);
+                    }
+                    retried = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -168,11 +190,18 @@ impl Conns {
 /// mid-statement, and sqlx's test of a connection left in the middle of an exchange can
 /// wait for good.
 ///
+/// A statement that finds the connection dead or the server read-only
+/// ([`connection_lost`]) has the connection closed when the transaction ends, as a
+/// single-statement call's is, and the saver's other connections checked.
+///
 /// [`Warm::close_cancelled`]: checkpoint_core::backend::Warm::close_cancelled
 pub(crate) struct Tx {
     /// `None` once committed.
     conn: Option<checkpoint_core::backend::Conn<Postgres>>,
+    warm: Arc<Warm>,
     named: bool,
+    /// Whether a statement found the connection lost.
+    lost: AtomicBool,
 }
 
 impl Tx {
@@ -182,12 +211,16 @@ impl Tx {
             // Taken only by `commit`, which consumes `self`.
             conn: self.conn.as_deref_mut().unwrap_or_else(|| unreachable!()),
             named: self.named,
+            lost: Some(&self.lost),
         }
     }
 
     /// Commits the transaction.
     pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
-        PgTransactionManager::commit(self.conn().conn).await?;
+        let conn = self.conn().conn;
+        let committed = PgTransactionManager::commit(conn).await;
+        note_lost(Some(&self.lost), committed.as_ref().err());
+        committed?;
         if let Some(mut conn) = self.conn.take() {
             conn.settled();
             conn.done();
@@ -198,10 +231,17 @@ impl Tx {
 
 impl Drop for Tx {
     fn drop(&mut self) {
-        if let Some(conn) = &mut self.conn {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        if *self.lost.get_mut() {
+            self.warm
+                .connection_lost(&"a statement of a transaction found its connection lost");
+            conn.discard();
+        } else {
             // Queued only: the pool's test of the connection sends it, unless the
             // connection is closed (see above).
-            PgTransactionManager::start_rollback(conn);
+            PgTransactionManager::start_rollback(&mut conn);
         }
     }
 }
@@ -218,10 +258,15 @@ impl Scope<'_> {
     /// The executor to run the call's statement on.
     pub(crate) fn conn(&mut self) -> PgConn<'_> {
         match self {
-            Self::Direct(conn) => PgConn { conn, named: true },
+            Self::Direct(conn) => PgConn {
+                conn,
+                named: true,
+                lost: None,
+            },
             Self::Pooled(tx) => PgConn {
                 conn: tx,
                 named: false,
+                lost: None,
             },
         }
     }
@@ -238,11 +283,22 @@ impl Scope<'_> {
 /// A connection as an [`Executor`] that prepares unnamed statements when `named` is
 /// false: sqlx names (and caches) a statement per connection unless the query says
 /// otherwise, and behind a transaction-mode pooler a named statement would stay on a
-/// server connection that other clients use next.
+/// server connection that other clients use next. In a [`Tx`], it notes a statement that
+/// found the connection lost.
 #[derive(Debug)]
 pub(crate) struct PgConn<'c> {
     conn: &'c mut PgConnection,
     named: bool,
+    lost: Option<&'c AtomicBool>,
+}
+
+/// Sets `lost` when `error` says the connection was lost ([`connection_lost`]).
+fn note_lost(lost: Option<&AtomicBool>, error: Option<&sqlx::Error>) {
+    if let Some(lost) = lost
+        && error.is_some_and(connection_lost)
+    {
+        lost.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A query, named (persistent) only if its connection allows it.
@@ -280,10 +336,15 @@ impl<'c> Executor<'c> for PgConn<'c> {
         'c: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        self.conn.fetch_many(Statement {
+        let lost = self.lost;
+        let rows = self.conn.fetch_many(Statement {
             query,
             named: self.named,
-        })
+        });
+        match lost {
+            None => rows,
+            Some(_) => Box::pin(rows.inspect(move |r| note_lost(lost, r.as_ref().err()))),
+        }
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(
@@ -294,10 +355,15 @@ impl<'c> Executor<'c> for PgConn<'c> {
         'c: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        self.conn.fetch_optional(Statement {
+        let lost = self.lost;
+        let row = self.conn.fetch_optional(Statement {
             query,
             named: self.named,
-        })
+        });
+        match lost {
+            None => row,
+            Some(_) => Box::pin(row.inspect(move |r| note_lost(lost, r.as_ref().err()))),
+        }
     }
 
     fn prepare_with<'e, 'q: 'e>(
@@ -308,7 +374,12 @@ impl<'c> Executor<'c> for PgConn<'c> {
     where
         'c: 'e,
     {
-        self.conn.prepare_with(sql, parameters)
+        let lost = self.lost;
+        let prepared = self.conn.prepare_with(sql, parameters);
+        match lost {
+            None => prepared,
+            Some(_) => Box::pin(prepared.inspect(move |r| note_lost(lost, r.as_ref().err()))),
+        }
     }
 
     fn describe<'e, 'q: 'e>(
@@ -318,7 +389,12 @@ impl<'c> Executor<'c> for PgConn<'c> {
     where
         'c: 'e,
     {
-        self.conn.describe(sql)
+        let lost = self.lost;
+        let described = self.conn.describe(sql);
+        match lost {
+            None => described,
+            Some(_) => Box::pin(described.inspect(move |r| note_lost(lost, r.as_ref().err()))),
+        }
     }
 }
 

@@ -261,8 +261,9 @@ async fn connections_to_a_server_that_turned_read_only_are_closed() {
     // Reads still work on the read-only server.
     let latest = saver.get_tuple(&first[0].config).await.unwrap().unwrap();
     assert_eq!(latest.config, first[0].config);
-    // A lease is not retried: it fails, transient, and the connection it met (the read's,
-    // kept warm, or another of the pool's) is closed too, not handed to the next call.
+    // A lease fails, transient (sent again once, on another connection, which meets the
+    // same), and the connections it met (the read's, kept warm, or others of the pool's)
+    // are closed too, not handed to the next call.
     let open = client_backends(&admin).await;
     let err = saver
         .acquire_lease("t-lease", "me", std::time::Duration::from_secs(30))
