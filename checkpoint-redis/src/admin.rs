@@ -152,7 +152,7 @@ pub(crate) async fn delete_for_runs(inner: &Inner, run_ids: &[String]) -> Result
                 tokens: &tokens,
             };
             let call = args.call(inner.layout.global_keys());
-            let reply = array(inner.link.eval(&call, true).await?)?;
+            let reply = array(inner.link.eval(&call).await?)?;
             let [refs, last, done]: [Value; 3] = reply
                 .try_into()
                 .map_err(|_| protocol("a global page has 3 parts"))?;
@@ -200,7 +200,7 @@ pub(crate) async fn set_thread_ttl(inner: &Inner, thread_id: &str, ttl: ThreadTt
         default_ttl_ms: inner.default_ttl_ms,
     }
     .call(inner.layout.thread_keys(thread_id));
-    inner.link.eval(&call, true).await?;
+    inner.link.eval(&call).await?;
     Ok(())
 }
 

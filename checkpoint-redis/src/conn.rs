@@ -168,12 +168,13 @@ impl Link {
     }
 
     /// Runs `op` on a connection of a single node's pool. A connection-level failure marks
-    /// the connection for replacement; with `idempotent`, a call whose connection turned out
-    /// dead is sent once more on a fresh connection.
+    /// the connection for replacement, and a call whose connection turned out dead is sent
+    /// once more on a fresh connection: every operation of this crate may run twice (a
+    /// read, or a script whose repeat after a lost reply has the first one's outcome; a
+    /// `claim` repeated finds its own claim pending, as the caller's own retry would).
     async fn on_single<T, F, Fut>(
         pool: &bb8::Pool<Manager>,
         epoch: &AtomicU64,
-        idempotent: bool,
         mut op: F,
     ) -> Result<T, RedisSaverError>
     where
@@ -189,7 +190,7 @@ impl Link {
                 Err(e) => {
                     Self::mark(&mut link, epoch, &e);
                     drop(link);
-                    if idempotent && attempt == 1 && retry_on_fresh_connection(&e) {
+                    if attempt == 1 && retry_on_fresh_connection(&e) {
                         tracing::debug!(error = %e, "redis connection lost; retrying once");
                         continue;
                     }
@@ -199,17 +200,12 @@ impl Link {
         }
     }
 
-    /// Runs one script. With `idempotent`, a call that failed because its pooled connection
-    /// had died is sent once more on a fresh connection (every operation of this crate but
-    /// `claim` is idempotent, so a repeat after a lost reply is harmless).
-    pub(crate) async fn eval(
-        &self,
-        call: &Call<'_>,
-        idempotent: bool,
-    ) -> Result<Value, RedisSaverError> {
+    /// Runs one script (sent once more on a fresh connection when its connection had died,
+    /// see [`on_single`](Self::on_single)).
+    pub(crate) async fn eval(&self, call: &Call<'_>) -> Result<Value, RedisSaverError> {
         match self {
             Link::Single { pool, epoch } => {
-                Self::on_single(pool, epoch, idempotent, |mut conn| async move {
+                Self::on_single(pool, epoch, |mut conn| async move {
                     eval_on(&mut conn, call).await
                 })
                 .await
@@ -228,7 +224,7 @@ impl Link {
     /// built once: if the server does not know the script (`NOSCRIPT`, after a script cache
     /// flush), the script is loaded and the same transaction sent again, prelude included
     /// (up to [`NOSCRIPT_RELOADS`] times), so the prelude must be idempotent; the call is
-    /// retried like an idempotent [`Link::eval`]. `None` on a Cluster, where the caller
+    /// retried like [`Link::eval`]. `None` on a Cluster, where the caller
     /// uses [`Link::eval`].
     pub(crate) async fn eval_after(
         &self,
@@ -251,7 +247,7 @@ impl Link {
         }
         transaction.add_command(call.command(true));
         let transaction = &transaction;
-        let replies = Self::on_single(pool, epoch, true, |mut conn| async move {
+        let replies = Self::on_single(pool, epoch, |mut conn| async move {
             // A flush can land between the load and the resend: a few tries.
             let mut loads = 0;
             loop {
@@ -292,16 +288,25 @@ impl Link {
     ) -> Result<Vec<Result<Value, RedisSaverError>>, RedisSaverError> {
         match self {
             Link::Single { pool, epoch } => {
-                let mut link = Self::pooled(pool).await?;
-                let base = link.conn.clone();
-                let results = join_all(calls.iter().map(|call| {
-                    let mut c = base.clone();
-                    async move { eval_on(&mut c, call).await }
-                }))
-                .await;
-                if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
-                    Self::mark(&mut link, epoch, e);
-                }
+                let results = Self::on_single(pool, epoch, |base| async move {
+                    let mut results = join_all(calls.iter().map(|call| {
+                        let mut c = base.clone();
+                        async move { eval_on(&mut c, call).await }
+                    }))
+                    .await;
+                    // A connection-level failure fails the batch, which is sent again.
+                    match results
+                        .iter()
+                        .position(|r| r.as_ref().is_err_and(breaks_connection))
+                    {
+                        Some(i) => Err(results
+                            .swap_remove(i)
+                            .err()
+                            .unwrap_or_else(|| unreachable!())),
+                        None => Ok(results),
+                    }
+                })
+                .await?;
                 Ok(results
                     .into_iter()
                     .map(|r| r.map_err(RedisSaverError::from))
@@ -379,14 +384,11 @@ impl Link {
                 for c in cmds {
                     p.add_command(c.clone());
                 }
-                let mut link = Self::pooled(pool).await?;
-                match p.query_async::<Vec<Value>>(&mut link.conn).await {
-                    Ok(v) => Ok(v),
-                    Err(e) => {
-                        Self::mark(&mut link, epoch, &e);
-                        Err(e.into())
-                    }
-                }
+                let p = &p;
+                Self::on_single(pool, epoch, |mut conn| async move {
+                    p.query_async::<Vec<Value>>(&mut conn).await
+                })
+                .await
             }
             #[cfg(feature = "cluster")]
             Link::Cluster(_) => self.commands_many(cmds).await?.into_iter().collect(),
@@ -419,14 +421,10 @@ impl Link {
     pub(crate) async fn command(&self, c: &Cmd) -> Result<Value, RedisSaverError> {
         match self {
             Link::Single { pool, epoch } => {
-                let mut link = Self::pooled(pool).await?;
-                match c.query_async::<Value>(&mut link.conn).await {
-                    Ok(v) => Ok(v),
-                    Err(e) => {
-                        Self::mark(&mut link, epoch, &e);
-                        Err(e.into())
-                    }
-                }
+                Self::on_single(pool, epoch, |mut conn| async move {
+                    c.query_async::<Value>(&mut conn).await
+                })
+                .await
             }
             #[cfg(feature = "cluster")]
             Link::Cluster(conn) => Ok(c.query_async(&mut conn.clone()).await?),

@@ -31,7 +31,7 @@ pub(crate) async fn acquire_lease(
         ttl_ms: duration_ms(ttl),
     }
     .call(lease_key(inner, thread_id));
-    match inner.link.eval(&call, true).await? {
+    match inner.link.eval(&call).await? {
         Value::Nil => Ok(None),
         v => Ok(Some(Lease {
             thread_id: thread_id.to_owned(),
@@ -50,7 +50,7 @@ pub(crate) async fn renew_lease(inner: &Inner, lease: &Lease, ttl: Duration) -> 
         ttl_ms: duration_ms(ttl),
     }
     .call(lease_key(inner, &lease.thread_id));
-    let reply = array(inner.link.eval(&call, true).await?)?;
+    let reply = array(inner.link.eval(&call).await?)?;
     match reply_status(&reply)? {
         "OK" => Ok(Lease {
             ttl,
@@ -74,7 +74,7 @@ pub(crate) async fn release_lease(inner: &Inner, lease: &Lease) -> Result<()> {
         token: lease.token,
     }
     .call(lease_key(inner, &lease.thread_id));
-    inner.link.eval(&call, true).await?;
+    inner.link.eval(&call).await?;
     Ok(())
 }
 
@@ -84,8 +84,10 @@ pub(crate) async fn claim(inner: &Inner, key: &str, ttl: Duration) -> Result<Cla
         ttl_ms: duration_ms(ttl),
     }
     .call(inner.layout.ledger_key(key));
-    // Not retried on a lost connection: a repeated claim could find its own claim.
-    let reply = array(inner.link.eval(&call, false).await?)?;
+    // Sent again when its connection turned out dead. A claim acquired whose reply was lost
+    // finds itself `Pending` when sent again, as the caller's own retry would: the effect
+    // waits for the claim to expire and never runs twice at once.
+    let reply = array(inner.link.eval(&call).await?)?;
     let arg = reply.get(1).ok_or_else(|| protocol("claim reply"))?;
     match reply_status(&reply)? {
         "A" => Ok(Claim::Acquired {
@@ -114,7 +116,7 @@ pub(crate) async fn complete_claim(
         outcome: encode_typed(&outcome),
     }
     .call(inner.layout.ledger_key(key));
-    let reply = array(inner.link.eval(&call, true).await?)?;
+    let reply = array(inner.link.eval(&call).await?)?;
     let current = || number(reply.get(1).ok_or_else(|| protocol("fence"))?);
     match reply_status(&reply)? {
         "OK" => Ok(()),
@@ -134,6 +136,6 @@ pub(crate) async fn complete_claim(
 
 pub(crate) async fn abandon_claim(inner: &Inner, key: &str, token: u64) -> Result<()> {
     let call = ClaimArgs::Abandon { token }.call(inner.layout.ledger_key(key));
-    inner.link.eval(&call, true).await?;
+    inner.link.eval(&call).await?;
     Ok(())
 }

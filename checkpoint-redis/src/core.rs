@@ -61,7 +61,7 @@ impl Inner {
         with_global: bool,
     ) -> Result<Vec<Value>> {
         let call = args.call(self.thread_keys(thread_id, with_global));
-        array(self.link.eval(&call, true).await?)
+        array(self.link.eval(&call).await?)
     }
 
     /// Runs a global index update (on a Cluster, around the thread scripts; see the crate
@@ -71,7 +71,7 @@ impl Inner {
             return Ok(());
         }
         let call = GindexArgs { ops }.call(self.layout.global_keys());
-        self.link.eval(&call, true).await?;
+        self.link.eval(&call).await?;
         Ok(())
     }
 

@@ -51,7 +51,7 @@ pub(crate) async fn get_tuple(
         config.checkpoint_id.as_deref(),
         false,
     );
-    let mut tuple = match inner.link.eval(&call, true).await? {
+    let mut tuple = match inner.link.eval(&call).await? {
         Value::Nil => return Ok(None),
         v => decode_tuple(thread_id, v)?,
     };
@@ -73,7 +73,7 @@ async fn legacy_sends(inner: &Inner, tuples: &mut [CheckpointTuple]) -> Result<(
             parent.checkpoint_id.as_deref(),
             false,
         );
-        let writes = match inner.link.eval(&call, true).await? {
+        let writes = match inner.link.eval(&call).await? {
             Value::Nil => Vec::new(),
             v => decode_tuple(&parent.thread_id, v)?.pending_writes,
         };
@@ -102,7 +102,7 @@ pub(crate) async fn delta_channel_history(
         channels: &wanted,
     }
     .call(inner.thread_keys(thread_id, false));
-    let reply = inner.link.eval(&call, true).await?;
+    let reply = inner.link.eval(&call).await?;
     decode_delta(reply, &wanted, &mut out)?;
     Ok(out)
 }
@@ -280,7 +280,7 @@ impl ListState {
                     tokens: &self.tokens,
                 };
                 let call = args.call(inner.layout.global_keys());
-                let reply = array(inner.link.eval(&call, true).await?)?;
+                let reply = array(inner.link.eval(&call).await?)?;
                 let [refs, last, done]: [Value; 3] = reply
                     .try_into()
                     .map_err(|_| protocol("a global page has 3 parts"))?;
