@@ -361,9 +361,12 @@ where
 /// (warm, for savers that keep them) and for 600 ms, `restart` stops the server and starts
 /// it again, returning once it accepts connections; then a read of the latest checkpoint,
 /// a compare-and-set put, its `put_writes`, a list of the thread, a delta history and
-/// `connections` reads at once must all succeed. A saver learns that its pooled connections
-/// died only by using them: this holds when it retries a call that may run twice on
-/// another connection, and checks the others, once it finds one dead.
+/// `connections` reads at once must all succeed. Then, for each other call the saver
+/// offers (thread TTLs and the sweep, leases, the idempotency ledger, `copy_thread`,
+/// `delete_thread`, `list_threads`), a restart with `connections` connections warm, and that
+/// call first: it alone meets the dead connection, and must succeed too. A saver learns that
+/// its pooled connections died only by using them: this holds when it retries a call that
+/// may run twice on another connection, and checks the others, once it finds one dead.
 pub async fn calls_succeed_after_restarts<F, Fut>(
     saver: &dyn Saver,
     connections: usize,
@@ -433,6 +436,81 @@ where
                 errors.join("\n")
             ));
         }
+    }
+    let caps = saver.capabilities();
+    let firsts = [
+        ("set_thread_ttl", caps.ttl),
+        ("thread_ttl", caps.ttl),
+        ("sweep_expired", caps.ttl),
+        ("acquire_lease", caps.leases),
+        ("renew_lease", caps.leases),
+        ("claim", caps.ledger),
+        ("complete_claim", caps.ledger),
+        ("copy_thread", caps.copy_thread),
+        ("delete_thread", true),
+        ("list_threads", true),
+    ];
+    let lease = if caps.leases {
+        saver
+            .acquire_lease(THREAD, "chaos", Duration::from_secs(600))
+            .await
+            .map_err(|e| format!("acquire_lease before the restarts: {}", e.chain()))?
+    } else {
+        None
+    };
+    let claimed = if caps.ledger {
+        match saver.claim("restart-calls", Duration::from_secs(600)).await {
+            Ok(checkpoint_core::Claim::Acquired { token }) => Some(token),
+            other => return Err(format!("claim before the restarts: {other:?}")),
+        }
+    } else {
+        None
+    };
+    for (call, offered) in firsts {
+        if !offered {
+            continue;
+        }
+        let reads = futures::future::join_all((0..connections).map(|_| saver.get_tuple(&latest)));
+        for read in reads.await {
+            read.map_err(|e| format!("a read before the restart failed: {e}"))?;
+        }
+        restart().await?;
+        let ttl = checkpoint_core::ThreadTtl::Expire(Duration::from_secs(3600));
+        let result: checkpoint_core::Result<()> = match (call, &lease, claimed) {
+            ("set_thread_ttl", ..) => saver.set_thread_ttl(THREAD, ttl).await,
+            ("thread_ttl", ..) => saver.thread_ttl(THREAD).await.map(drop),
+            ("sweep_expired", ..) => saver.sweep_expired(10).await.map(drop),
+            ("acquire_lease", ..) => saver
+                .acquire_lease(THREAD, "chaos", Duration::from_secs(600))
+                .await
+                .map(drop),
+            ("renew_lease", Some(lease), _) => saver
+                .renew_lease(lease, Duration::from_secs(600))
+                .await
+                .map(drop),
+            ("claim", ..) => saver
+                .claim("restart-calls-2", Duration::from_secs(600))
+                .await
+                .map(drop),
+            ("complete_claim", _, Some(token)) => {
+                saver
+                    .complete_claim("restart-calls", token, checkpoint_core::TypedValue::null())
+                    .await
+            }
+            ("copy_thread", ..) => saver.copy_thread(THREAD, "restart-calls-copy").await,
+            ("delete_thread", ..) => saver.delete_thread("restart-calls-none").await,
+            ("list_threads", ..) => {
+                use futures::TryStreamExt;
+                saver.list_threads().try_collect::<Vec<_>>().await.map(drop)
+            }
+            _ => Ok(()),
+        };
+        result.map_err(|e| {
+            format!(
+                "{call}, the first call after a restart, failed: {}",
+                e.chain()
+            )
+        })?;
     }
     Ok(())
 }
