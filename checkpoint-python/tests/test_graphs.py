@@ -4,6 +4,7 @@ runtime and shown impossible (or repairable) with checkpoint_rs."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -333,6 +334,32 @@ async def test_langgraphs_psycopg_connections_and_pools_open_the_postgres_saver(
     ) as pool:
         pooled = checkpoint_rs.PostgresSaver(pool, schema=schema)
         assert pooled.get_tuple(config) == checkpointer.get_tuple(config)
+
+    # The saver's pool has the given pool's size: 12 threads reading at once open at most 3
+    # connections (told apart by their application name; the given pool is never opened).
+    app = f"sized-{schema}"
+    pool = ConnectionPool(
+        f"{keywords} application_name={app}",
+        kwargs={"user": info["user"]},
+        min_size=1,
+        max_size=3,
+        open=False,
+    )
+    sized = checkpoint_rs.PostgresSaver(pool, schema=schema)
+    expected = sized.get_tuple(config)
+
+    def reads(_: int) -> None:
+        for _ in range(20):
+            assert sized.get_tuple(config) == expected
+
+    with concurrent.futures.ThreadPoolExecutor(12) as threads:
+        list(threads.map(reads, range(12)))
+    with psycopg.connect(store.target) as admin:
+        (opened,) = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchone()
+    assert 1 <= opened <= 3, opened
+    sized.close()
 
     async with AsyncConnectionPool(store.target, kwargs=settings, open=False) as pool:
         checkpointer = checkpoint_rs.AsyncPostgresSaver(pool, schema=schema)
