@@ -153,27 +153,58 @@ impl Conns {
         let statement = self.begin.as_deref().map(|b| Cow::Owned(b.to_owned()));
         let mut retried = false;
         loop {
-            let mut conn = self.warm.acquire().await?;
-            match PgTransactionManager::begin(&mut conn, statement.clone()).await {
+            let mut beginning = Beginning(Some(self.warm.acquire().await?));
+            let begun = match beginning.0.as_mut() {
+                Some(conn) => PgTransactionManager::begin(conn, statement.clone()).await,
+                None => Ok(()),
+            };
+            match begun {
                 Ok(()) => {
-                    return Ok(Tx {
-                        conn: Some(conn),
-                        warm: Arc::clone(&self.warm),
-                        named: self.begin.is_none(),
-                        lost: AtomicBool::new(false),
-                    });
+                    if let Some(conn) = beginning.begun() {
+                        return Ok(Tx {
+                            conn: Some(conn),
+                            warm: Arc::clone(&self.warm),
+                            named: self.begin.is_none(),
+                            lost: AtomicBool::new(false),
+                        });
+                    }
                 }
-                Err(e) if connection_lost(&e) => {
-                    conn.settled();
-                    conn.discard();
+                Err(e) => {
+                    // Closed, whatever the error.
+                    drop(beginning);
+                    if !connection_lost(&e) {
+                        return Err(e);
+                    }
                     self.warm.connection_lost(&e);
                     if retried {
                         return Err(e);
                     }
                     retried = true;
                 }
-                Err(e) => return Err(e),
             }
+        }
+    }
+}
+
+/// A connection whose `BEGIN` is under way, closed if dropped before
+/// [`begun`](Self::begun) (a failed or cancelled `BEGIN`). sqlx counts a transaction only
+/// once the server has answered its `BEGIN`, and rolls back only what it counted: handed
+/// back to the pool, a connection whose `BEGIN` ran uncounted would stay in a transaction
+/// that the saver's next single statements on it would join, acknowledged and never
+/// committed.
+struct Beginning(Option<checkpoint_core::backend::Conn<Postgres>>);
+
+impl Beginning {
+    /// The connection, its `BEGIN` answered: no longer closed on drop.
+    fn begun(mut self) -> Option<checkpoint_core::backend::Conn<Postgres>> {
+        self.0.take()
+    }
+}
+
+impl Drop for Beginning {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            conn.discard();
         }
     }
 }

@@ -48,3 +48,64 @@ async fn writes_survive_a_flaky_network_and_the_pool_heals() {
     );
     drop_schemas(&url, &[schema]).await;
 }
+
+/// A call whose `BEGIN` is cut short (here a `set_thread_ttl` whose caller gave up while
+/// the network stalled) must not leave its connection in a transaction: sqlx counts a
+/// transaction only once the server answered the `BEGIN`, so a connection handed back
+/// after the server ran it would stay in a transaction that the next single-statement
+/// calls on it join, acknowledged but never committed. The saver closes such a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_begin_cut_short_leaves_no_transaction_open() {
+    use checkpoint_conformance::fixtures;
+    use checkpoint_core::{Saver, ThreadTtl};
+    use checkpoint_postgres::sqlx::Connection;
+
+    let Some(url) = url() else {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "CHECKPOINT_TEST_POSTGRES_URL is required"
+        );
+        return;
+    };
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let upstream = format!("{}:{}", options.get_host(), options.get_port());
+    let proxy = ChaosProxy::start(&upstream).await.unwrap();
+    let schema = unique_schema();
+    // One connection, so every call below meets the one the cut call used.
+    let saver = PostgresSaverBuilder::new(options.port(proxy.port()))
+        .schema(&schema)
+        .max_connections(1)
+        .connect()
+        .await
+        .unwrap();
+    saver.setup().await.unwrap();
+    fixtures::put_chain(&saver, "before", "", 1, "run")
+        .await
+        .unwrap();
+
+    proxy.stall(true);
+    let ttl = ThreadTtl::Expire(Duration::from_secs(3600));
+    let cut = tokio::time::timeout(
+        Duration::from_millis(200),
+        saver.set_thread_ttl("before", ttl),
+    )
+    .await;
+    assert!(cut.is_err(), "the stalled call answered: {cut:?}");
+    proxy.stall(false);
+
+    let after = fixtures::put_chain(&saver, "after", "", 1, "run")
+        .await
+        .unwrap()
+        .remove(0);
+    // Another session sees the acknowledged put: it was committed.
+    let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+    let query = format!("SELECT count(*) FROM \"{schema}\".checkpoints WHERE thread_id = 'after'");
+    let seen: i64 = sqlx::query_scalar(&query)
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+    assert_eq!(seen, 1, "an acknowledged put is not committed");
+    assert!(saver.get_tuple(&after.config).await.unwrap().is_some());
+    other.close().await.unwrap();
+    drop_schemas(&url, &[schema]).await;
+}
