@@ -363,8 +363,9 @@ where
 /// a compare-and-set put, its `put_writes`, a list of the thread, a delta history and
 /// `connections` reads at once must all succeed. Then, for each other call the saver
 /// offers (thread TTLs and the sweep, leases, the idempotency ledger, `copy_thread`,
-/// `delete_thread`, `list_threads`), a restart with `connections` connections warm, and that
-/// call first: it alone meets the dead connection, and must succeed too. A saver learns that
+/// `delete_thread`, `list_threads`), a restart with `connections` connections idle in the
+/// pool for 600 ms (where nothing tests them before their next use), and that call first: it
+/// alone meets a dead connection, and must succeed too. A saver learns that
 /// its pooled connections died only by using them: this holds when it retries a call that
 /// may run twice on another connection, and checks the others, once it finds one dead.
 pub async fn calls_succeed_after_restarts<F, Fut>(
@@ -451,10 +452,13 @@ where
         ("list_threads", true),
     ];
     let lease = if caps.leases {
-        saver
+        match saver
             .acquire_lease(THREAD, "chaos", Duration::from_secs(600))
             .await
-            .map_err(|e| format!("acquire_lease before the restarts: {}", e.chain()))?
+        {
+            Ok(Some(lease)) => Some(lease),
+            other => return Err(format!("acquire_lease before the restarts: {other:?}")),
+        }
     } else {
         None
     };
@@ -474,6 +478,7 @@ where
         for read in reads.await {
             read.map_err(|e| format!("a read before the restart failed: {e}"))?;
         }
+        tokio::time::sleep(Duration::from_millis(600)).await;
         restart().await?;
         let ttl = checkpoint_core::ThreadTtl::Expire(Duration::from_secs(3600));
         let result: checkpoint_core::Result<()> = match (call, &lease, claimed) {
@@ -503,7 +508,7 @@ where
                 use futures::TryStreamExt;
                 saver.list_threads().try_collect::<Vec<_>>().await.map(drop)
             }
-            _ => Ok(()),
+            _ => return Err(format!("no {call} to call: the lease or claim is missing")),
         };
         result.map_err(|e| {
             format!(

@@ -127,8 +127,8 @@ fn no_script(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
-/// Whether a failed call may be sent again on a fresh connection: the connection was dead
-/// before the call could have reached the server in a way that matters (dropped or refused).
+/// Whether a failed call is sent again on a fresh connection (see [`Link::on_single`]): its
+/// connection was dropped or refused. The call may or may not have run.
 fn retry_on_fresh_connection(e: &RedisError) -> bool {
     e.is_connection_dropped() || e.is_connection_refusal()
 }
@@ -171,7 +171,8 @@ impl Link {
     /// the connection for replacement, and a call whose connection turned out dead is sent
     /// once more on a fresh connection: every operation of this crate may run twice (a
     /// read, or a script whose repeat after a lost reply has the first one's outcome; a
-    /// `claim` repeated finds its own claim pending, as the caller's own retry would).
+    /// `claim` repeated finds its own claim pending, as the caller's own retry would, and
+    /// `purge` repeated counts only the keys its second run deleted).
     async fn on_single<T, F, Fut>(
         pool: &bb8::Pool<Manager>,
         epoch: &AtomicU64,
