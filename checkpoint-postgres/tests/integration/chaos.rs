@@ -10,18 +10,27 @@ use checkpoint_postgres::{PostgresSaver, PostgresSaverBuilder, sqlx};
 
 use crate::common::{drop_schemas, unique_schema, url};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_survive_a_flaky_network_and_the_pool_heals() {
+/// The server's URL, its options and a proxy in front of it; `None` (skipped) without a
+/// server where none is required.
+async fn proxied() -> Option<(String, sqlx::postgres::PgConnectOptions, ChaosProxy)> {
     let Some(url) = url() else {
         assert!(
             !checkpoint_conformance::servers_required(),
             "CHECKPOINT_TEST_POSTGRES_URL is required"
         );
-        return;
+        return None;
     };
     let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
     let upstream = format!("{}:{}", options.get_host(), options.get_port());
     let proxy = ChaosProxy::start(&upstream).await.unwrap();
+    Some((url, options, proxy))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_survive_a_flaky_network_and_the_pool_heals() {
+    let Some((url, options, proxy)) = proxied().await else {
+        return;
+    };
     let schema = unique_schema();
     // Set up directly, then write only through the proxy, with the default pool policy.
     PostgresSaver::builder(&url)
@@ -60,16 +69,9 @@ async fn a_begin_cut_short_leaves_no_transaction_open() {
     use checkpoint_core::{Saver, ThreadTtl};
     use checkpoint_postgres::sqlx::Connection;
 
-    let Some(url) = url() else {
-        assert!(
-            !checkpoint_conformance::servers_required(),
-            "CHECKPOINT_TEST_POSTGRES_URL is required"
-        );
+    let Some((url, options, proxy)) = proxied().await else {
         return;
     };
-    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
-    let upstream = format!("{}:{}", options.get_host(), options.get_port());
-    let proxy = ChaosProxy::start(&upstream).await.unwrap();
     let schema = unique_schema();
     // One connection, so every call below meets the one the cut call used.
     let saver = PostgresSaverBuilder::new(options.port(proxy.port()))
