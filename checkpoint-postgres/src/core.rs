@@ -3,8 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use checkpoint_core::backend::LostConnections;
 use futures::future::{BoxFuture, FutureExt};
@@ -165,7 +164,7 @@ impl Conns {
                             conn: Some(conn),
                             warm: Arc::clone(&self.warm),
                             named: self.begin.is_none(),
-                            lost: AtomicBool::new(false),
+                            lost: OnceLock::new(),
                         });
                     }
                 }
@@ -231,8 +230,8 @@ pub(crate) struct Tx {
     conn: Option<checkpoint_core::backend::Conn<Postgres>>,
     warm: Arc<Warm>,
     named: bool,
-    /// Whether a statement found the connection lost.
-    lost: AtomicBool,
+    /// The error of a statement that found the connection lost.
+    lost: OnceLock<String>,
 }
 
 impl Tx {
@@ -265,9 +264,8 @@ impl Drop for Tx {
         let Some(mut conn) = self.conn.take() else {
             return;
         };
-        if *self.lost.get_mut() {
-            self.warm
-                .connection_lost(&"a statement of a transaction found its connection lost");
+        if let Some(error) = self.lost.get() {
+            self.warm.connection_lost(error);
             conn.discard();
         } else {
             // Queued only: the pool's test of the connection sends it, unless the
@@ -320,15 +318,15 @@ impl Scope<'_> {
 pub(crate) struct PgConn<'c> {
     conn: &'c mut PgConnection,
     named: bool,
-    lost: Option<&'c AtomicBool>,
+    lost: Option<&'c OnceLock<String>>,
 }
 
-/// Sets `lost` when `error` says the connection was lost ([`connection_lost`]).
-fn note_lost(lost: Option<&AtomicBool>, error: Option<&sqlx::Error>) {
-    if let Some(lost) = lost
-        && error.is_some_and(connection_lost)
+/// Keeps `error` in `lost` when it says the connection was lost ([`connection_lost`]).
+fn note_lost(lost: Option<&OnceLock<String>>, error: Option<&sqlx::Error>) {
+    if let (Some(lost), Some(error)) = (lost, error)
+        && connection_lost(error)
     {
-        lost.store(true, Ordering::Relaxed);
+        let _ = lost.set(error.to_string());
     }
 }
 

@@ -275,6 +275,24 @@ async fn connections_to_a_server_that_turned_read_only_are_closed() {
         closed_within_5s(&admin, &open, 1).await,
         "the connection the lease met on the read-only server is still open"
     );
+    // So does a call that runs a transaction: its `BEGIN` succeeds, its first write fails.
+    // (A saver of one connection, which a read opened: the call meets that one.)
+    let single = PostgresSaver::builder(&pg.url())
+        .unwrap()
+        .max_connections(1)
+        .connect()
+        .await
+        .unwrap();
+    single.get_tuple(&first[0].config).await.unwrap().unwrap();
+    let open = client_backends(&admin).await;
+    let ttl = checkpoint_core::ThreadTtl::Expire(std::time::Duration::from_secs(60));
+    let err = single.set_thread_ttl("t", ttl).await.unwrap_err();
+    assert!(err.is_transient(), "{}", err.chain());
+    assert!(err.chain().contains("read-only"), "{}", err.chain());
+    assert!(
+        closed_within_5s(&admin, &open, 1).await,
+        "the connection set_thread_ttl met on the read-only server is still open"
+    );
 
     read_only(false).await;
     checkpoint_conformance::fixtures::put_chain(&saver, "t3", "", 2, "run")
