@@ -152,58 +152,31 @@ impl Conns {
         let statement = self.begin.as_deref().map(|b| Cow::Owned(b.to_owned()));
         let mut retried = false;
         loop {
-            let mut beginning = Beginning(Some(self.warm.acquire().await?));
-            let begun = match beginning.0.as_mut() {
-                Some(conn) => PgTransactionManager::begin(conn, statement.clone()).await,
-                None => Ok(()),
+            let mut tx = Tx {
+                conn: Some(self.warm.acquire().await?),
+                warm: Arc::clone(&self.warm),
+                named: self.begin.is_none(),
+                begun: false,
+                lost: OnceLock::new(),
             };
-            match begun {
+            let begun = PgTransactionManager::begin(tx.conn().conn, statement.clone()).await;
+            let e = match begun {
                 Ok(()) => {
-                    if let Some(conn) = beginning.begun() {
-                        return Ok(Tx {
-                            conn: Some(conn),
-                            warm: Arc::clone(&self.warm),
-                            named: self.begin.is_none(),
-                            lost: OnceLock::new(),
-                        });
-                    }
+                    tx.begun = true;
+                    return Ok(tx);
                 }
-                Err(e) => {
-                    // Closed, whatever the error.
-                    drop(beginning);
-                    if !connection_lost(&e) {
-                        return Err(e);
-                    }
-                    self.warm.connection_lost(&e);
-                    if retried {
-                        return Err(e);
-                    }
-                    retried = true;
-                }
+                Err(e) => e,
+            };
+            // Closed, whatever the error (see `Tx::begun`).
+            drop(tx);
+            if !connection_lost(&e) {
+                return Err(e);
             }
-        }
-    }
-}
-
-/// A connection whose `BEGIN` is under way, closed if dropped before
-/// [`begun`](Self::begun) (a failed or cancelled `BEGIN`). sqlx counts a transaction only
-/// once the server has answered its `BEGIN`, and rolls back only what it counted: handed
-/// back to the pool, a connection whose `BEGIN` ran uncounted would stay in a transaction
-/// that the saver's next single statements on it would join, acknowledged and never
-/// committed.
-struct Beginning(Option<checkpoint_core::backend::Conn<Postgres>>);
-
-impl Beginning {
-    /// The connection, its `BEGIN` answered: no longer closed on drop.
-    fn begun(mut self) -> Option<checkpoint_core::backend::Conn<Postgres>> {
-        self.0.take()
-    }
-}
-
-impl Drop for Beginning {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            conn.discard();
+            self.warm.connection_lost(&e);
+            if retried {
+                return Err(e);
+            }
+            retried = true;
         }
     }
 }
@@ -230,6 +203,13 @@ pub(crate) struct Tx {
     conn: Option<checkpoint_core::backend::Conn<Postgres>>,
     warm: Arc<Warm>,
     named: bool,
+    /// Whether the server answered the `BEGIN`. Until then the connection is closed if
+    /// dropped (a failed or cancelled `BEGIN`): sqlx counts a transaction only once the
+    /// server has answered its `BEGIN`, and rolls back only what it counted, so a
+    /// connection handed back after its `BEGIN` ran uncounted would stay in a transaction
+    /// that the saver's next single statements on it would join, acknowledged and never
+    /// committed.
+    begun: bool,
     /// The error of a statement that found the connection lost.
     lost: OnceLock<String>,
 }
@@ -266,6 +246,8 @@ impl Drop for Tx {
         };
         if let Some(error) = self.lost.get() {
             self.warm.connection_lost(error);
+            conn.discard();
+        } else if !self.begun {
             conn.discard();
         } else {
             // Queued only: the pool's test of the connection sends it, unless the
