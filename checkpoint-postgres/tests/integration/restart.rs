@@ -276,15 +276,21 @@ async fn connections_to_a_server_that_turned_read_only_are_closed() {
         "the connection the lease met on the read-only server is still open"
     );
     // So does a call that runs a transaction: its `BEGIN` succeeds, its first write fails.
-    // (A saver of one connection, which a read opened: the call meets that one.)
-    let single = PostgresSaver::builder(&pg.url())
-        .unwrap()
+    // (A saver of one connection, named apart, which a read opened: the call meets that
+    // one, and only its closing counts.)
+    let options: sqlx::postgres::PgConnectOptions = pg.url().parse().unwrap();
+    let single = checkpoint_postgres::PostgresSaverBuilder::new(options.application_name("single"))
         .max_connections(1)
         .connect()
         .await
         .unwrap();
     single.get_tuple(&first[0].config).await.unwrap().unwrap();
-    let open = client_backends(&admin).await;
+    let open: Vec<i32> =
+        sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = 'single'")
+            .fetch_all(&admin)
+            .await
+            .unwrap();
+    assert_eq!(open.len(), 1, "the one-connection saver has {open:?}");
     let ttl = checkpoint_core::ThreadTtl::Expire(std::time::Duration::from_secs(60));
     let err = single.set_thread_ttl("t", ttl).await.unwrap_err();
     assert!(err.is_transient(), "{}", err.chain());
