@@ -11,6 +11,7 @@ mod lease;
 mod memory;
 mod metadata;
 mod options;
+mod retry;
 mod saver;
 mod timeout;
 mod trace;
@@ -31,6 +32,7 @@ pub use metadata::{CheckpointMetadata, Source, json_equal};
 pub use options::{
     Capabilities, ListOptions, PruneStrategy, PutMode, PutOptions, PutWritesOptions, ThreadTtl,
 };
+pub use retry::{Retry, RetryLayer};
 pub use saver::{Saver, SaverExt};
 pub use timeout::{TimedOut, Timeout, TimeoutLayer};
 pub use trace::{Tracing, TracingLayer};

@@ -19,10 +19,10 @@ use crate::{
 };
 
 /// Wraps a saver so that no call waits longer than a deadline: a call still running when it
-/// passes is dropped and fails with [`Error::Unavailable`] (transient, so a retry policy
-/// retries it), its source a [`TimedOut`]. A `list` or `list_threads` stream gets the
-/// deadline for each item: a stream that yields nothing for that long yields the error and
-/// ends.
+/// passes is dropped and fails with [`Error::Unavailable`] (transient, so a
+/// [`RetryLayer`](crate::RetryLayer) outside it retries it), its source a [`TimedOut`]. A
+/// `list` or `list_threads` stream gets the deadline for each item: a stream that yields
+/// nothing for that long yields the error and ends.
 ///
 /// A call cut short is like one whose connection broke: it may have taken effect or not,
 /// and the caller finds out by reading. Each backend's `put` and `put_writes` is one

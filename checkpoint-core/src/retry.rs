@@ -1,0 +1,933 @@
+//! [`Retry`]: calls that failed with a transient error, made again after a backoff.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use backon::{ExponentialBuilder, Retryable};
+use futures::stream::{self, BoxStream, StreamExt};
+use tower_layer::Layer;
+
+use crate::delta::DeltaChannelHistory;
+use crate::{
+    Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
+    CheckpointTuple, Claim, Error, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
+    Result, Saver, ThreadTtl, TypedValue,
+};
+
+/// Wraps a saver so that a call failing with a transient error ([`Error::is_transient`]: a
+/// lost connection, a server restarting or failing over, a [`Timeout`](crate::Timeout)) is
+/// made again after a growing delay, up to a bounded number of times; the last error is
+/// returned when they run out. Other errors (a compare-and-set [`Error::Conflict`], a
+/// [`Error::StaleFence`], bad input) are returned at once.
+///
+/// A transient error does not say whether the call took effect: the answer may be what was
+/// lost. Every call is retried as it is because the [`Saver`] contract makes repeating it
+/// safe:
+///
+/// * `put`, `put_writes`, `import`, `copy_thread`, the deletions, `set_thread_ttl` and the
+///   reads are idempotent. A compare-and-set put that was stored and whose answer was lost
+///   succeeds again while it is still the head; if another writer has put after it in the
+///   meantime, the retry fails with [`Error::Conflict`] although the put was stored (read
+///   the head to tell, as after any conflict).
+/// * `acquire_lease` of the same holder extends its own lease (same token); `renew_lease`,
+///   `release_lease`, `complete_claim` and `abandon_claim` are keyed by their token.
+/// * `claim`: of any number of claims on a key at most one is
+///   [`Acquired`](Claim::Acquired), retried ones included. A claim whose `Acquired` answer
+///   was lost answers [`Pending`](Claim::Pending) when retried, as a retry by the caller
+///   would: the claim lapses after its TTL and can then be taken again.
+/// * `sweep_expired` is *not* retried: a second run would delete another batch and its count
+///   would hide the first run's. A sweeper calls it again on its own schedule.
+/// * `list` and `list_threads` are opened again while the stream has yielded nothing; an
+///   error after the first item ends the stream as before (resuming could repeat or skip
+///   items).
+///
+/// Each retry is logged as a `tracing` warning with the operation, the attempt, the delay
+/// and the error. Calls made again keep their arguments: `put` clones its checkpoint (its
+/// values are shared [`Bytes`](bytes::Bytes), so only the maps are copied).
+///
+/// Put it outside a [`TimeoutLayer`](crate::TimeoutLayer), so that every attempt gets the
+/// deadline and a call cut short is retried; a `TimeoutLayer` outside it bounds the whole.
+/// Backoff delays come from [`backon`]'s exponential schedule, with jitter by default so
+/// that many clients that lost the same server do not come back in step. It needs a
+/// tokio runtime with the time driver.
+///
+/// ```
+/// use std::time::Duration;
+/// use checkpoint_core::{InMemorySaver, RetryLayer, Saver, TimeoutLayer};
+/// use tower_layer::Layer;
+/// let saver = RetryLayer::new()
+///     .max_retries(4)
+///     .delays(Duration::from_millis(50), Duration::from_secs(1))
+///     .layer(TimeoutLayer::new(Duration::from_secs(5)).layer(InMemorySaver::new()));
+/// # let _: &dyn Saver = &saver;
+/// ```
+#[derive(Debug)]
+pub struct Retry<S> {
+    /// Shared with the streams of `list` and `list_threads`, which may open it again.
+    inner: Arc<S>,
+    policy: RetryLayer,
+}
+
+impl<S> Clone for Retry<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            policy: self.policy,
+        }
+    }
+}
+
+/// The [`Layer`] of [`Retry`], and its policy: how many times, and how long to wait before
+/// each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryLayer {
+    max_retries: usize,
+    first_delay: Duration,
+    max_delay: Duration,
+    jitter: bool,
+}
+
+impl Default for RetryLayer {
+    /// Up to 6 retries, waiting 100 ms before the first and doubling up to 3.2 s, with
+    /// jitter: 6.3 s of waiting in all, up to twice that with the jitter; enough to ride out
+    /// a server restart or a failover.
+    fn default() -> Self {
+        Self {
+            max_retries: 6,
+            first_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(3_200),
+            jitter: true,
+        }
+    }
+}
+
+impl RetryLayer {
+    /// The default policy (see [`Default`](#impl-Default-for-RetryLayer)).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes a call at most `retries` more times after its first attempt (0: never again).
+    pub fn max_retries(mut self, retries: usize) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Waits `first` before the first retry, twice as long before each next one, and never
+    /// longer than `max` (raised to `first` when smaller).
+    pub fn delays(mut self, first: Duration, max: Duration) -> Self {
+        self.first_delay = first;
+        self.max_delay = max.max(first);
+        self
+    }
+
+    /// With jitter (the default), each delay is drawn between itself and twice itself.
+    /// Without, delays are exact: for tests, or a single client.
+    pub fn jitter(mut self, on: bool) -> Self {
+        self.jitter = on;
+        self
+    }
+
+    fn backoff(&self) -> ExponentialBuilder {
+        let builder = ExponentialBuilder::new()
+            .with_factor(2.0)
+            .with_min_delay(self.first_delay)
+            .with_max_delay(self.max_delay)
+            .with_max_times(self.max_retries);
+        if self.jitter {
+            builder.with_jitter()
+        } else {
+            builder
+        }
+    }
+}
+
+impl<S> Layer<S> for RetryLayer {
+    type Service = Retry<S>;
+
+    fn layer(&self, inner: S) -> Retry<S> {
+        Retry::new(inner, *self)
+    }
+}
+
+impl<S> Retry<S> {
+    /// Wraps `inner` with `policy`.
+    pub fn new(inner: S, policy: RetryLayer) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            policy,
+        }
+    }
+
+    /// The wrapped saver.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped saver, shared with this wrapper's clones and open streams.
+    pub fn into_inner(self) -> Arc<S> {
+        self.inner
+    }
+}
+
+/// Makes `call` until it succeeds, fails with an error that is not transient, or the
+/// policy's retries run out.
+async fn retried<T, F, Fut>(policy: RetryLayer, operation: &'static str, call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut attempt = 1u32;
+    call.retry(policy.backoff())
+        .when(Error::is_transient)
+        .notify(|error: &Error, delay: Duration| {
+            tracing::warn!(
+                operation,
+                attempt,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                error = %error.chain(),
+                "saver call failed with a transient error; retrying"
+            );
+            attempt += 1;
+        })
+        .await
+}
+
+/// A stream that `open` opens again while its first item is a transient error.
+fn reopened<S, T>(
+    inner: &Arc<S>,
+    policy: RetryLayer,
+    operation: &'static str,
+    open: impl Fn(&S) -> BoxStream<'static, Result<T>> + Send + Sync + 'static,
+) -> BoxStream<'static, Result<T>>
+where
+    S: Saver,
+    T: Send + 'static,
+{
+    let inner = Arc::clone(inner);
+    let opened = async move {
+        let first = retried(policy, operation, || {
+            let mut items = open(&inner);
+            async move {
+                match items.next().await {
+                    Some(Err(e)) => Err(e),
+                    Some(Ok(item)) => Ok(stream::once(async { Ok(item) }).chain(items).boxed()),
+                    None => Ok(stream::empty().boxed()),
+                }
+            }
+        })
+        .await;
+        first.unwrap_or_else(|e| stream::once(async { Err(e) }).boxed())
+    };
+    stream::once(opened).flatten().boxed()
+}
+
+#[async_trait]
+impl<S: Saver> Saver for Retry<S> {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
+        retried(self.policy, "get_tuple", || self.inner.get_tuple(config)).await
+    }
+
+    fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
+        reopened(&self.inner, self.policy, "list", move |inner| {
+            inner.list(options.clone())
+        })
+    }
+
+    fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        reopened(&self.inner, self.policy, "list_threads", |inner| {
+            inner.list_threads()
+        })
+    }
+
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+        retried(self.policy, "delta_channel_history", || {
+            self.inner.delta_channel_history(config, channels)
+        })
+        .await
+    }
+
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        options: PutOptions,
+    ) -> Result<CheckpointConfig> {
+        retried(self.policy, "put", || {
+            self.inner.put(
+                config,
+                checkpoint.clone(),
+                metadata.clone(),
+                new_versions.clone(),
+                options.clone(),
+            )
+        })
+        .await
+    }
+
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(String, TypedValue)>,
+        task_id: &str,
+        options: PutWritesOptions,
+    ) -> Result<()> {
+        retried(self.policy, "put_writes", || {
+            self.inner
+                .put_writes(config, writes.clone(), task_id, options.clone())
+        })
+        .await
+    }
+
+    async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
+        retried(self.policy, "import", || self.inner.import(tuples.clone())).await
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<()> {
+        retried(self.policy, "delete_thread", || {
+            self.inner.delete_thread(thread_id)
+        })
+        .await
+    }
+
+    async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
+        retried(self.policy, "copy_thread", || {
+            self.inner.copy_thread(source, target)
+        })
+        .await
+    }
+
+    async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
+        retried(self.policy, "prune", || {
+            self.inner.prune(thread_ids, strategy)
+        })
+        .await
+    }
+
+    async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
+        retried(self.policy, "delete_for_runs", || {
+            self.inner.delete_for_runs(run_ids)
+        })
+        .await
+    }
+
+    async fn acquire_lease(
+        &self,
+        thread_id: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        retried(self.policy, "acquire_lease", || {
+            self.inner.acquire_lease(thread_id, holder, ttl)
+        })
+        .await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        retried(self.policy, "renew_lease", || {
+            self.inner.renew_lease(lease, ttl)
+        })
+        .await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        retried(self.policy, "release_lease", || {
+            self.inner.release_lease(lease)
+        })
+        .await
+    }
+
+    async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
+        retried(self.policy, "claim", || self.inner.claim(key, ttl)).await
+    }
+
+    async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()> {
+        retried(self.policy, "complete_claim", || {
+            self.inner.complete_claim(key, token, outcome.clone())
+        })
+        .await
+    }
+
+    async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
+        retried(self.policy, "abandon_claim", || {
+            self.inner.abandon_claim(key, token)
+        })
+        .await
+    }
+
+    async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+        retried(self.policy, "set_thread_ttl", || {
+            self.inner.set_thread_ttl(thread_id, ttl)
+        })
+        .await
+    }
+
+    async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+        retried(self.policy, "thread_ttl", || {
+            self.inner.thread_ttl(thread_id)
+        })
+        .await
+    }
+
+    async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+        self.inner.sweep_expired(limit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use futures::TryStreamExt;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::InMemorySaver;
+
+    /// What the scripted saver does to its next call.
+    #[derive(Clone, Copy, Debug)]
+    enum Fault {
+        /// Fails before the call reaches the store: nothing happened.
+        Refused,
+        /// The call takes effect and its answer is lost.
+        AnswerLost,
+        /// Fails with an error that is not transient.
+        Rejected,
+        /// A stream yields its first item, then a transient error.
+        AfterFirst,
+    }
+
+    /// The reference saver, with faults scripted for its next calls, in order.
+    #[derive(Debug)]
+    struct Scripted {
+        inner: Arc<InMemorySaver>,
+        faults: Mutex<VecDeque<Fault>>,
+        calls: Mutex<Vec<&'static str>>,
+    }
+
+    fn lost() -> Error {
+        Error::Unavailable {
+            backend: "test",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        }
+    }
+
+    impl Scripted {
+        fn new() -> Self {
+            let inner = InMemorySaver::builder()
+                .default_ttl(Some(Duration::from_secs(3600)))
+                .build()
+                .unwrap();
+            Self {
+                inner: Arc::new(inner),
+                faults: Mutex::new(VecDeque::new()),
+                calls: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn script(&self, faults: &[Fault]) {
+            self.faults.lock().unwrap().extend(faults);
+            self.calls.lock().unwrap().clear();
+        }
+
+        /// Calls made since the last script.
+        fn calls(&self) -> Vec<&'static str> {
+            self.calls.lock().unwrap().clone()
+        }
+
+        fn next(&self, operation: &'static str) -> Option<Fault> {
+            self.calls.lock().unwrap().push(operation);
+            self.faults.lock().unwrap().pop_front()
+        }
+
+        async fn through<T>(
+            &self,
+            operation: &'static str,
+            call: impl Future<Output = Result<T>>,
+        ) -> Result<T> {
+            match self.next(operation) {
+                None | Some(Fault::AfterFirst) => call.await,
+                Some(Fault::Refused) => Err(lost()),
+                Some(Fault::AnswerLost) => {
+                    call.await?;
+                    Err(lost())
+                }
+                Some(Fault::Rejected) => Err(Error::invalid("rejected by the script")),
+            }
+        }
+
+        fn streamed<T: Send + 'static>(
+            &self,
+            operation: &'static str,
+            items: BoxStream<'static, Result<T>>,
+        ) -> BoxStream<'static, Result<T>> {
+            match self.next(operation) {
+                None | Some(Fault::AnswerLost) => items,
+                Some(Fault::Refused) => stream::once(async { Err(lost()) }).boxed(),
+                Some(Fault::Rejected) => {
+                    stream::once(async { Err(Error::invalid("rejected by the script")) }).boxed()
+                }
+                Some(Fault::AfterFirst) => items
+                    .take(1)
+                    .chain(stream::once(async { Err(lost()) }))
+                    .boxed(),
+            }
+        }
+    }
+
+    #[async_trait]
+    impl Saver for Scripted {
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
+            self.through("get_tuple", self.inner.get_tuple(config))
+                .await
+        }
+        fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
+            self.streamed("list", self.inner.list(options))
+        }
+        fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+            self.streamed("list_threads", self.inner.list_threads())
+        }
+        async fn delta_channel_history(
+            &self,
+            config: &CheckpointConfig,
+            channels: &[String],
+        ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
+            self.through(
+                "delta_channel_history",
+                self.inner.delta_channel_history(config, channels),
+            )
+            .await
+        }
+        async fn put(
+            &self,
+            config: &CheckpointConfig,
+            checkpoint: Checkpoint,
+            metadata: CheckpointMetadata,
+            new_versions: ChannelVersions,
+            options: PutOptions,
+        ) -> Result<CheckpointConfig> {
+            self.through(
+                "put",
+                self.inner
+                    .put(config, checkpoint, metadata, new_versions, options),
+            )
+            .await
+        }
+        async fn put_writes(
+            &self,
+            config: &CheckpointConfig,
+            writes: Vec<(String, TypedValue)>,
+            task_id: &str,
+            options: PutWritesOptions,
+        ) -> Result<()> {
+            self.through(
+                "put_writes",
+                self.inner.put_writes(config, writes, task_id, options),
+            )
+            .await
+        }
+        async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
+            self.through("import", self.inner.import(tuples)).await
+        }
+        async fn delete_thread(&self, thread_id: &str) -> Result<()> {
+            self.through("delete_thread", self.inner.delete_thread(thread_id))
+                .await
+        }
+        async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
+            self.through("copy_thread", self.inner.copy_thread(source, target))
+                .await
+        }
+        async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
+            self.through("prune", self.inner.prune(thread_ids, strategy))
+                .await
+        }
+        async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
+            self.through("delete_for_runs", self.inner.delete_for_runs(run_ids))
+                .await
+        }
+        async fn acquire_lease(
+            &self,
+            thread_id: &str,
+            holder: &str,
+            ttl: Duration,
+        ) -> Result<Option<Lease>> {
+            self.through(
+                "acquire_lease",
+                self.inner.acquire_lease(thread_id, holder, ttl),
+            )
+            .await
+        }
+        async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+            self.through("renew_lease", self.inner.renew_lease(lease, ttl))
+                .await
+        }
+        async fn release_lease(&self, lease: &Lease) -> Result<()> {
+            self.through("release_lease", self.inner.release_lease(lease))
+                .await
+        }
+        async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
+            self.through("claim", self.inner.claim(key, ttl)).await
+        }
+        async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()> {
+            self.through(
+                "complete_claim",
+                self.inner.complete_claim(key, token, outcome),
+            )
+            .await
+        }
+        async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
+            self.through("abandon_claim", self.inner.abandon_claim(key, token))
+                .await
+        }
+        async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
+            self.through("set_thread_ttl", self.inner.set_thread_ttl(thread_id, ttl))
+                .await
+        }
+        async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
+            self.through("thread_ttl", self.inner.thread_ttl(thread_id))
+                .await
+        }
+        async fn sweep_expired(&self, limit: usize) -> Result<usize> {
+            self.through("sweep_expired", self.inner.sweep_expired(limit))
+                .await
+        }
+    }
+
+    /// Exact delays, so paused time can check them.
+    fn exact() -> RetryLayer {
+        RetryLayer::new().jitter(false)
+    }
+
+    fn value(n: i64) -> TypedValue {
+        TypedValue::msgpack(&serde_json::json!(n)).unwrap()
+    }
+
+    /// Puts a successor of `parent` (or a first checkpoint) with channel `a` set to `n`.
+    async fn put_next(
+        saver: &dyn Saver,
+        thread: &str,
+        parent: Option<&CheckpointTuple>,
+        n: i64,
+        options: PutOptions,
+    ) -> Result<CheckpointConfig> {
+        let mut checkpoint = parent.map_or_else(Checkpoint::new, |p| p.checkpoint.successor());
+        let version = checkpoint.set_typed("a", value(n));
+        let config = parent.map_or_else(|| CheckpointConfig::new(thread), |p| p.config.clone());
+        saver
+            .put(
+                &config,
+                checkpoint,
+                CheckpointMetadata::new(),
+                ChannelVersions::from([("a".to_owned(), version)]),
+                options,
+            )
+            .await
+    }
+
+    /// `ms` have passed (in paused time) since `started`, give or take the timer's rounding.
+    fn assert_waited(started: Instant, ms: u64) {
+        let waited = started.elapsed();
+        let expected = Duration::from_millis(ms);
+        assert!(
+            (expected..=expected + Duration::from_millis(5)).contains(&waited),
+            "waited {waited:?}, expected {expected:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn transient_errors_are_retried_after_growing_delays() {
+        let saver = exact()
+            .max_retries(4)
+            .delays(Duration::from_millis(100), Duration::from_millis(300))
+            .layer(Scripted::new());
+        let scripted = saver.get_ref();
+        put_next(&saver, "t", None, 1, PutOptions::new())
+            .await
+            .unwrap();
+
+        scripted.script(&[Fault::Refused; 4]);
+        let started = Instant::now();
+        let head = saver.get_tuple(&CheckpointConfig::new("t")).await.unwrap();
+        assert!(head.is_some());
+        assert_eq!(scripted.calls(), ["get_tuple"; 5]);
+        // 100, 200, then 300 twice (the cap); tokio's timer rounds each sleep up to its
+        // next millisecond.
+        assert_waited(started, 900);
+
+        scripted.script(&[Fault::Refused; 5]);
+        let started = Instant::now();
+        let err = saver
+            .get_tuple(&CheckpointConfig::new("t"))
+            .await
+            .unwrap_err();
+        assert!(err.is_transient(), "the last error is returned: {err:?}");
+        assert_eq!(scripted.calls(), ["get_tuple"; 5], "1 attempt + 4 retries");
+        assert_waited(started, 900);
+        scripted.script(&[]);
+
+        let never = exact().max_retries(0).layer(Scripted::new());
+        never.get_ref().script(&[Fault::Refused]);
+        assert!(never.get_tuple(&CheckpointConfig::new("t")).await.is_err());
+        assert_eq!(never.get_ref().calls(), ["get_tuple"]);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn jittered_delays_stay_between_the_delay_and_twice_it() {
+        let saver = RetryLayer::new()
+            .max_retries(3)
+            .delays(Duration::from_millis(100), Duration::from_secs(10))
+            .layer(Scripted::new());
+        for _ in 0..20 {
+            saver.get_ref().script(&[Fault::Refused; 3]);
+            let started = Instant::now();
+            saver.get_tuple(&CheckpointConfig::new("t")).await.unwrap();
+            let waited = started.elapsed();
+            assert!(
+                (Duration::from_millis(700)..=Duration::from_millis(1_405)).contains(&waited),
+                "{waited:?}"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn errors_that_are_not_transient_are_returned_at_once() {
+        let saver = exact().layer(Scripted::new());
+        let scripted = saver.get_ref();
+        scripted.script(&[Fault::Rejected, Fault::Refused]);
+        let err = saver
+            .get_tuple(&CheckpointConfig::new("t"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        assert_eq!(scripted.calls(), ["get_tuple"]);
+        scripted.script(&[]);
+
+        // A compare-and-set put on a parent that is not the head: a conflict, not retried.
+        let first = put_next(&saver, "t", None, 1, PutOptions::new())
+            .await
+            .unwrap();
+        let first = saver.get_tuple(&first).await.unwrap().unwrap();
+        put_next(&saver, "t", Some(&first), 2, PutOptions::new())
+            .await
+            .unwrap();
+        scripted.script(&[]);
+        let err = put_next(&saver, "t", Some(&first), 3, PutOptions::compare_and_set())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
+        assert_eq!(scripted.calls(), ["put"]);
+    }
+
+    /// Every call but `sweep_expired` is made again after a transient error; each succeeds.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn every_call_but_the_sweep_is_retried() {
+        let saver = exact().layer(Scripted::new());
+        let scripted = saver.get_ref();
+        let first = put_next(&saver, "t", None, 1, PutOptions::new())
+            .await
+            .unwrap();
+        let tuple = saver.get_tuple(&first).await.unwrap().unwrap();
+        let lease = saver
+            .acquire_lease("t", "me", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap();
+        let Claim::Acquired { token } = saver.claim("k", Duration::from_secs(60)).await.unwrap()
+        else {
+            panic!("a new key is acquired");
+        };
+        let threads = ["t".to_owned()];
+
+        macro_rules! retried_once {
+            ($operation:literal, $call:expr) => {{
+                scripted.script(&[Fault::Refused]);
+                let result = $call.await;
+                assert!(result.is_ok(), "{}: {:?}", $operation, result.err());
+                assert_eq!(scripted.calls(), [$operation; 2], "{}", $operation);
+            }};
+        }
+        retried_once!("get_tuple", saver.get_tuple(&first));
+        retried_once!(
+            "delta_channel_history",
+            saver.delta_channel_history(&first, &["a".to_owned()])
+        );
+        retried_once!(
+            "put",
+            put_next(&saver, "t", Some(&tuple), 2, PutOptions::new())
+        );
+        retried_once!(
+            "put_writes",
+            saver.put_writes(
+                &first,
+                vec![("a".to_owned(), value(5))],
+                "task",
+                PutWritesOptions::new()
+            )
+        );
+        retried_once!("import", saver.import(vec![tuple.clone()]));
+        retried_once!("copy_thread", saver.copy_thread("t", "u"));
+        retried_once!("prune", saver.prune(&threads, PruneStrategy::KeepLatest));
+        retried_once!(
+            "delete_for_runs",
+            saver.delete_for_runs(&["run".to_owned()])
+        );
+        retried_once!(
+            "acquire_lease",
+            saver.acquire_lease("t", "me", Duration::from_secs(60))
+        );
+        retried_once!(
+            "renew_lease",
+            saver.renew_lease(&lease, Duration::from_secs(60))
+        );
+        retried_once!("release_lease", saver.release_lease(&lease));
+        retried_once!("claim", saver.claim("k2", Duration::from_secs(60)));
+        retried_once!("abandon_claim", saver.abandon_claim("k2", 1));
+        retried_once!("complete_claim", saver.complete_claim("k", token, value(7)));
+        retried_once!(
+            "set_thread_ttl",
+            saver.set_thread_ttl("t", ThreadTtl::Pinned)
+        );
+        retried_once!("thread_ttl", saver.thread_ttl("t"));
+        retried_once!(
+            "list",
+            saver.list(ListOptions::thread("t")).try_collect::<Vec<_>>()
+        );
+        retried_once!("list_threads", saver.list_threads().try_collect::<Vec<_>>());
+        retried_once!("delete_thread", saver.delete_thread("u"));
+
+        scripted.script(&[Fault::Refused]);
+        let err = saver.sweep_expired(10).await.unwrap_err();
+        assert!(err.is_transient());
+        assert_eq!(scripted.calls(), ["sweep_expired"]);
+    }
+
+    /// A call that took effect and lost its answer, made again, has the outcome of one call,
+    /// as the contract promises for each.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_call_whose_answer_was_lost_has_one_outcome() {
+        let saver = exact().layer(Scripted::new());
+        let scripted = saver.get_ref();
+        let first = put_next(&saver, "t", None, 1, PutOptions::new())
+            .await
+            .unwrap();
+        let first = saver.get_tuple(&first).await.unwrap().unwrap();
+
+        scripted.script(&[Fault::AnswerLost]);
+        let second = put_next(&saver, "t", Some(&first), 2, PutOptions::compare_and_set())
+            .await
+            .expect("a compare-and-set put stored, retried while it is the head, succeeds");
+        let stored: Vec<_> = saver
+            .list(ListOptions::thread("t"))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(stored.len(), 2);
+        assert_eq!(stored[0].config, second);
+
+        scripted.script(&[Fault::AnswerLost]);
+        saver
+            .put_writes(
+                &second,
+                vec![("a".to_owned(), value(3)), ("b".to_owned(), value(4))],
+                "task",
+                PutWritesOptions::new(),
+            )
+            .await
+            .unwrap();
+        let head = saver.get_tuple(&second).await.unwrap().unwrap();
+        assert_eq!(head.pending_writes.len(), 2, "the writes are stored once");
+
+        scripted.script(&[Fault::AnswerLost]);
+        let lease = saver
+            .acquire_lease("t", "me", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .expect("the holder's own lease, extended");
+        assert_eq!(scripted.calls(), ["acquire_lease"; 2]);
+        let other = saver
+            .acquire_lease("t", "other", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(other.is_none(), "one lease, held by `me`: {other:?}");
+        saver
+            .put(
+                &head.config,
+                head.checkpoint.successor(),
+                CheckpointMetadata::new(),
+                ChannelVersions::new(),
+                PutOptions::new().fence(lease.token),
+            )
+            .await
+            .expect("the retried lease's token is the thread's current one");
+
+        scripted.script(&[Fault::AnswerLost]);
+        let claim = saver.claim("k", Duration::from_secs(60)).await.unwrap();
+        assert!(
+            matches!(claim, Claim::Pending { .. }),
+            "a claim whose grant was lost is pending, never granted twice: {claim:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_stream_is_opened_again_only_until_its_first_item() {
+        let saver = exact().layer(Scripted::new());
+        let scripted = saver.get_ref();
+        let mut parent = None;
+        for n in 0..3 {
+            let config = put_next(&saver, "t", parent.as_ref(), n, PutOptions::new())
+                .await
+                .unwrap();
+            parent = saver.get_tuple(&config).await.unwrap();
+        }
+
+        scripted.script(&[Fault::Refused, Fault::Refused]);
+        let all: Vec<_> = saver
+            .list(ListOptions::thread("t"))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 3);
+        assert_eq!(scripted.calls(), ["list"; 3]);
+
+        scripted.script(&[Fault::AfterFirst]);
+        let mut listed = saver.list(ListOptions::thread("t"));
+        assert!(listed.try_next().await.unwrap().is_some());
+        let err = listed.try_next().await.unwrap_err();
+        assert!(err.is_transient());
+        assert!(
+            listed.try_next().await.unwrap().is_none(),
+            "the stream ends"
+        );
+        assert_eq!(scripted.calls(), ["list"], "not opened again");
+
+        scripted.script(&[Fault::Rejected]);
+        let mut listed = saver.list_threads();
+        let err = listed.try_next().await.unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        assert!(listed.try_next().await.unwrap().is_none());
+        assert_eq!(scripted.calls(), ["list_threads"]);
+
+        let empty: Vec<_> = saver
+            .list(ListOptions::thread("none"))
+            .try_collect()
+            .await
+            .unwrap();
+        assert!(empty.is_empty());
+    }
+}
