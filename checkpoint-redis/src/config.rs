@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use bb8::ManageConnection as _;
 use checkpoint_core::{BoxError, Error, Result};
 use redis::{AsyncConnectionConfig, Value};
 
@@ -283,15 +284,26 @@ impl RedisSaverBuilder {
                     .set_response_timeout(Some(self.response_timeout));
                 let epoch = Arc::new(AtomicU64::new(0));
                 let manager = Manager::new(client, config, Arc::clone(&epoch));
+                // The first connection is made here, so that a wrong address or refused
+                // credentials fail at once with the driver's error: the pool's own attempts
+                // keep their errors (bb8 drops them) and retry until the pool timeout. They
+                // must retry: a call waiting for a connection is woken only by one that
+                // succeeds, so with a single attempt, one that failed during an outage of a
+                // moment failed the call at the pool timeout, with the server long back.
+                let first = manager
+                    .connect()
+                    .await
+                    .map_err(|e| unreachable_at(RedisSaverError::Redis(e).into(), &redacted))?;
                 let pool = bb8::Pool::builder()
                     .max_size(self.pool_size)
                     .min_idle(Some(1))
                     .connection_timeout(self.pool_timeout)
-                    .retry_connection(false)
+                    .retry_connection(true)
                     .test_on_check_out(true)
-                    .build(manager)
-                    .await
-                    .map_err(|e| unreachable_at(RedisSaverError::Redis(e).into(), &redacted))?;
+                    .build_unchecked(manager);
+                // Refused only when the pool's own first connection filled a one-connection
+                // pool already.
+                let _ = pool.add(first);
                 Link::Single { pool, epoch }
             }
             #[cfg(feature = "cluster")]

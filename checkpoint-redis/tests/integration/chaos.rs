@@ -5,20 +5,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkpoint_conformance::chaos::{self, ChaosProxy};
+use checkpoint_conformance::chaos::{self, ChaosProxy, Cut};
+use checkpoint_core::{CheckpointConfig, Saver};
 use checkpoint_redis::RedisSaver;
 use checkpoint_redis::redis::{ConnectionAddr, IntoConnectionInfo};
 
 use crate::common::unique_prefix;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_survive_a_flaky_network_and_connections_heal() {
+/// A proxy in front of the server and a saver (its own key prefix, calls waiting at most
+/// `pool_timeout` for a connection) reaching it through the proxy; `None` (skipped) without
+/// a server where none is required.
+async fn proxied(prefix: &str, pool_timeout: Duration) -> Option<(ChaosProxy, RedisSaver)> {
     let Some(url) = checkpoint_conformance::server_url("redis") else {
         assert!(
             !checkpoint_conformance::servers_required(),
             "CHECKPOINT_TEST_REDIS_URL is required"
         );
-        return;
+        return None;
     };
     // The server's address, and the same URL (credentials, database) through the proxy.
     let info = url.as_str().into_connection_info().unwrap();
@@ -30,10 +33,50 @@ async fn writes_survive_a_flaky_network_and_connections_heal() {
     let through = url.replacen(&upstream, &format!("127.0.0.1:{}", proxy.port()), 1);
     assert_ne!(through, url, "the URL names {upstream}");
     let saver = RedisSaver::builder(through)
-        .key_prefix(unique_prefix("chaos"))
+        .key_prefix(unique_prefix(prefix))
+        .pool_timeout(pool_timeout)
         .build()
         .await
         .unwrap();
+    Some((proxy, saver))
+}
+
+/// A call that meets a dead connection while the server is unreachable, and waits for a new
+/// one, gets it once the server is back: a 300 ms outage must not fail the call with the
+/// pool's timeout (5 s) because the one connection attempt made for it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_during_a_short_outage_gets_a_connection_once_the_server_is_back() {
+    let Some((proxy, saver)) = proxied("blip", Duration::from_secs(5)).await else {
+        return;
+    };
+    let thread = CheckpointConfig::new("blip");
+    checkpoint_conformance::fixtures::put_child(&saver, &thread)
+        .await
+        .unwrap();
+    for round in 0..3 {
+        proxy.refuse(true);
+        proxy.cut(Cut::Reset);
+        let read = tokio::spawn({
+            let saver = saver.clone();
+            let thread = thread.clone();
+            async move { saver.get_tuple(&thread).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.refuse(false);
+        let read = read.await.unwrap();
+        assert!(
+            matches!(read, Ok(Some(_))),
+            "round {round}: the read failed although the server was back after 300 ms: {read:?}"
+        );
+    }
+    saver.purge().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_survive_a_flaky_network_and_connections_heal() {
+    let Some((proxy, saver)) = proxied("chaos", Duration::from_secs(5)).await else {
+        return;
+    };
     let report = chaos::run(&proxy, Arc::new(saver.clone()), Duration::from_secs(8), 17)
         .await
         .unwrap();
