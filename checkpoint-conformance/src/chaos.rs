@@ -27,6 +27,9 @@
 //! * every acknowledged put and `put_writes` is stored, every stored checkpoint is whole
 //!   (an unacknowledged call is all there or absent), and each thread is one unbroken chain
 //!   ([`crash::verify`]).
+//!
+//! [`outages_are_ridden_out`] runs the same writers through outages, first directly and then
+//! through a [`RetryLayer`]: calls must fail without it and none may fail with it.
 
 use std::fmt;
 use std::io;
@@ -36,13 +39,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use checkpoint_core::{
-    CheckpointConfig, CheckpointMetadata, CheckpointTuple, Error, ListOptions, PutOptions, Saver,
-    SaverExt,
+    CheckpointConfig, CheckpointMetadata, CheckpointTuple, Error, ListOptions, PutOptions,
+    RetryLayer, Saver, SaverExt,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
+use tower_layer::Layer;
 
 use crate::crash::{self, THREADS};
 
@@ -353,6 +357,75 @@ where
     })
     .await?;
     report.restarts = done;
+    Ok(report)
+}
+
+/// How long each outage of [`outages_are_ridden_out`] lasts.
+pub const OUTAGE: Duration = Duration::from_secs(2);
+/// How many outages [`outages_are_ridden_out`] injects into each run.
+const OUTAGES: usize = 3;
+
+/// Checks that [`RetryLayer`]'s default policy rides out outages that fail calls: the
+/// writers of [`run`] go through `saver` while the server becomes unreachable through
+/// `proxy` three times, for [`OUTAGE`] each (every open connection reset, every new
+/// one refused), 0.5–1 s apart. First directly: calls must fail (transient errors),
+/// or the outages test nothing. Then, with the threads deleted, through a
+/// `RetryLayer::new()` around the same saver, on the same schedule: no call may fail, not
+/// even with a compare-and-set conflict (a put whose answer was lost, retried while it is
+/// still the head, succeeds again). Both runs end with [`run`]'s checks (recovery, every
+/// acknowledged call stored, whole checkpoints, unbroken chains). Returns both reports.
+pub async fn outages_are_ridden_out(
+    proxy: &ChaosProxy,
+    saver: Arc<dyn Saver>,
+    seed: u64,
+) -> Result<(ChaosReport, ChaosReport), String> {
+    let plain = run_outages(proxy, Arc::clone(&saver), seed).await?;
+    if plain.transient_errors == 0 {
+        return Err(format!(
+            "the outages failed no call, so they test no retry: {plain}"
+        ));
+    }
+    for thread in THREADS {
+        saver
+            .delete_thread(thread)
+            .await
+            .map_err(|e| format!("deleting {thread} between the runs: {}", e.chain()))?;
+    }
+    let retrying: Arc<dyn Saver> = Arc::new(RetryLayer::new().layer(saver));
+    let retried = run_outages(proxy, retrying, seed).await?;
+    if retried.transient_errors > 0 || retried.conflicts > 0 {
+        return Err(format!(
+            "through a RetryLayer, calls failed during the outages: {retried}"
+        ));
+    }
+    Ok((plain, retried))
+}
+
+/// [`drive`] with [`OUTAGES`] outages of [`OUTAGE`].
+async fn run_outages(
+    proxy: &ChaosProxy,
+    saver: Arc<dyn Saver>,
+    seed: u64,
+) -> Result<ChaosReport, String> {
+    let mut done = 0;
+    let connections = proxy.accepted();
+    let report = drive(saver, seed, async |state: &mut u64| {
+        tokio::time::sleep(Duration::from_millis(500 + next(state) % 500)).await;
+        if done == OUTAGES {
+            return Ok(false);
+        }
+        proxy.refuse(true);
+        proxy.cut(Cut::Reset);
+        tokio::time::sleep(OUTAGE).await;
+        proxy.refuse(false);
+        done += 1;
+        Ok(true)
+    })
+    .await;
+    proxy.refuse(false);
+    let mut report = report?;
+    report.faults[3] = done;
+    report.connections = proxy.accepted() - connections;
     Ok(report)
 }
 

@@ -63,6 +63,34 @@ async fn writes_survive_a_flaky_network_and_the_pool_heals() {
 /// transaction only once the server answered the `BEGIN`, so a connection handed back
 /// after the server ran it would stay in a transaction that the next single-statement
 /// calls on it join, acknowledged but never committed. The saver closes such a connection.
+/// Outages fail calls of a plain saver; through `RetryLayer::new()` none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_layer_rides_out_outages() {
+    let Some((url, options, proxy)) = proxied().await else {
+        return;
+    };
+    let schema = unique_schema();
+    PostgresSaver::builder(&url)
+        .unwrap()
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap()
+        .setup()
+        .await
+        .unwrap();
+    let saver = PostgresSaverBuilder::new(options.port(proxy.port()))
+        .schema(&schema)
+        .max_connections(4)
+        .connect_lazy()
+        .unwrap();
+    let (plain, retried) = chaos::outages_are_ridden_out(&proxy, Arc::new(saver), 23)
+        .await
+        .unwrap();
+    eprintln!("postgres outages, plain: {plain}\npostgres outages, retried: {retried}");
+    drop_schemas(&url, &[schema]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_begin_cut_short_leaves_no_transaction_open() {
     use checkpoint_conformance::fixtures;

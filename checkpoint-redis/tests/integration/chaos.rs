@@ -41,6 +41,21 @@ async fn proxied(prefix: &str, pool_timeout: Duration) -> Option<(ChaosProxy, Re
     Some((proxy, saver))
 }
 
+/// Outages fail calls of a plain saver; through `RetryLayer::new()` none fails. A call
+/// waits for a connection up to the pool timeout (5 s by default), through outages shorter
+/// than that: with 500 ms, shorter than the outages, calls fail without the layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_layer_rides_out_outages() {
+    let Some((proxy, saver)) = proxied("outages", Duration::from_millis(500)).await else {
+        return;
+    };
+    let (plain, retried) = chaos::outages_are_ridden_out(&proxy, Arc::new(saver.clone()), 23)
+        .await
+        .unwrap();
+    eprintln!("redis outages, plain: {plain}\nredis outages, retried: {retried}");
+    saver.purge().await.unwrap();
+}
+
 /// A call that meets a dead connection while the server is unreachable, and waits for a new
 /// one, gets it once the server is back: a 300 ms outage must not fail the call with the
 /// pool's timeout (5 s) because the one connection attempt made for it failed.
