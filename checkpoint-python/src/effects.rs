@@ -17,7 +17,8 @@ use pyo3::types::PyBytes;
 use crate::errors::to_py;
 use crate::saver::{call, none};
 
-/// The wrapper as the binding holds it: around the backend (behind the `timeout` option).
+/// The wrapper as the binding holds it: around the backend (behind the `timeout` and
+/// `retries` options).
 pub(crate) type Effects = Arc<Idempotent<Arc<dyn Saver>>>;
 
 /// The `idempotent` option's settings (seconds) as the wrapper's configuration: keys

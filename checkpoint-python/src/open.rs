@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkpoint_core::{Error, InMemorySaver, Result, Saver, Timeout};
+use checkpoint_core::{Error, InMemorySaver, Result, Retry, RetryLayer, Saver, Timeout};
 use checkpoint_mongo::mongodb::options::WriteConcern;
 use checkpoint_mongo::{MongoConfig, MongoSaver, TransactionMode};
 use checkpoint_postgres::PostgresSaver;
@@ -290,23 +290,42 @@ pub(crate) async fn open(backend: Backend, options: Options) -> Result<(Arc<dyn 
     Ok((saver, admin))
 }
 
+/// How the saver's calls meet their saver: the `timeout` option, a deadline on each attempt,
+/// and the `retries` option around it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CallPolicy {
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) retry: Option<RetryLayer>,
+}
+
+impl CallPolicy {
+    /// `saver` behind the policy.
+    pub(crate) fn around(&self, saver: Arc<dyn Saver>) -> Arc<dyn Saver> {
+        let saver: Arc<dyn Saver> = match self.timeout {
+            Some(limit) => Arc::new(Timeout::new(saver, limit)),
+            None => saver,
+        };
+        match self.retry {
+            Some(policy) => Arc::new(Retry::new(saver, policy)),
+            None => saver,
+        }
+    }
+}
+
 /// Puts the chosen wrappers around `saver`, in the canonical order, and returns the
 /// `Idempotent` one too when chosen, for `once` and `lock_thread` (clones share their locks
 /// and leases, so the stack's puts carry the fences of the guards it hands out). That
-/// wrapper's own ledger and lease calls go to the backend behind `timeout`, when given, so
-/// they are bounded like every call of the saver.
+/// wrapper's own ledger and lease calls go to the backend behind `calls` (deadline and
+/// retries), so they are bounded and retried like every call of the saver.
 pub(crate) fn wrap(
     saver: Arc<dyn Saver>,
     wrappers: &Wrappers,
-    timeout: Option<Duration>,
+    calls: CallPolicy,
 ) -> (Arc<dyn Saver>, Option<Effects>) {
     let mut saver = saver;
     let mut effects = None;
     if let Some(config) = &wrappers.idempotent {
-        let inner: Arc<dyn Saver> = match timeout {
-            Some(limit) => Arc::new(Timeout::new(Arc::clone(&saver), limit)),
-            None => saver,
-        };
+        let inner = calls.around(saver);
         let wrapper = Idempotent::new(inner, config.clone());
         saver = Arc::new(wrapper.clone());
         effects = Some(Arc::new(wrapper));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use checkpoint_core::backend::{SweeperStatus, spawn_sweeper_reporting};
 use checkpoint_core::{
     Capabilities, CheckpointConfig, Error, ListOptions, PruneStrategy, PutOptions,
-    PutWritesOptions, Result, Saver, ThreadTtl, Timeout, TypedValue,
+    PutWritesOptions, Result, RetryLayer, Saver, ThreadTtl, TypedValue,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::convert;
 use crate::effects::{self, Effects};
 use crate::errors::{IntoPyResult, closed, left_by_fork, to_py};
-use crate::open::{self, Admin, Backend, Options, Wrappers};
+use crate::open::{self, Admin, Backend, CallPolicy, Options, Wrappers};
 use crate::runtime::{block_on, future_into_py, process_id, runtime};
 use crate::stream::TupleStream;
 
@@ -98,23 +98,27 @@ enum State {
 }
 
 /// What opens the saver: the backend and its options (the background sweeper's interval
-/// among them), the wrappers and the `timeout` option.
+/// among them), the wrappers and the `timeout` and `retries` options.
 #[derive(Clone)]
 struct Recipe {
     backend: Backend,
     options: Options,
     wrappers: Wrappers,
-    timeout: Option<Duration>,
+    calls: CallPolicy,
 }
 
 /// What an open `NativeSaver` holds.
 struct Opened {
     /// The process that opened it: a forked child opens its own (see `reopen`).
     pid: u32,
-    /// The saver every call but `list` goes to: `stack` behind the `timeout` option.
+    /// The saver every call but `list` goes to: `stack` behind the `timeout` and `retries`
+    /// options.
     inner: Arc<dyn Saver>,
     /// The backend and its wrappers.
     stack: Arc<dyn Saver>,
+    /// The saver `list` goes to: `stack` behind the `retries` option (the stream gets the
+    /// `timeout` for each batch it waits for: see `TupleStream`).
+    lister: Arc<dyn Saver>,
     /// The backend alone: the background sweeper's, whose batches no `timeout` bounds
     /// (the `Idempotent` wrapper's inner saver has it).
     backend: Arc<dyn Saver>,
@@ -142,7 +146,7 @@ impl Opened {
     ) -> PyResult<Self> {
         let (backend, options) = (recipe.backend.clone(), recipe.options.clone());
         let (saver, admin) = block_on(py, open::open(backend, options))?.py()?;
-        let (stack, effects) = open::wrap(Arc::clone(&saver), &recipe.wrappers, recipe.timeout);
+        let (stack, effects) = open::wrap(Arc::clone(&saver), &recipe.wrappers, recipe.calls);
         Self::around(recipe, saver, stack, effects, admin, sweeper)
     }
 
@@ -159,10 +163,12 @@ impl Opened {
         // The deadline goes outermost, around every call but `list` (whose stream gets it
         // for each batch it waits for: see `TupleStream`) and the background sweeper's, which
         // finishes its batch however long it takes.
-        let inner: Arc<dyn Saver> = match recipe.timeout {
-            Some(limit) => Arc::new(Timeout::new(Arc::clone(&stack), limit)),
-            None => Arc::clone(&stack),
-        };
+        let inner = recipe.calls.around(Arc::clone(&stack));
+        let lister = CallPolicy {
+            timeout: None,
+            ..recipe.calls
+        }
+        .around(Arc::clone(&stack));
         // Backends without thread TTLs refused the option before opening.
         let sweeper = match recipe.options.sweep_interval.zip(sweeper) {
             Some((every, status)) => {
@@ -180,6 +186,7 @@ impl Opened {
             pid: process_id(),
             inner,
             stack,
+            lister,
             backend,
             effects,
             admin,
@@ -326,7 +333,7 @@ impl NativeSaver {
         transactions=None, write_concern=None, max_connections=None, transaction_pooling=None,
         allow_eviction=None, setup=true,
         default_ttl_minutes=None, refresh_on_read=None, sweep_interval_minutes=None,
-        collection_ttl_seconds=None, timeout_seconds=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
+        collection_ttl_seconds=None, timeout_seconds=None, retries=None, sanitize_on_load=false, pending_markers=false, skip_unsafe_put=false, idempotent=false,
         idempotent_settings=None, compare_and_set=false
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -349,6 +356,7 @@ impl NativeSaver {
         sweep_interval_minutes: Option<f64>,
         collection_ttl_seconds: Option<f64>,
         timeout_seconds: Option<f64>,
+        retries: Option<usize>,
         sanitize_on_load: bool,
         pending_markers: bool,
         skip_unsafe_put: bool,
@@ -393,7 +401,13 @@ impl NativeSaver {
         };
         let recipe = Recipe {
             backend,
-            timeout,
+            calls: CallPolicy {
+                timeout,
+                // `retries=0` makes no call twice, as no retries.
+                retry: retries
+                    .filter(|&n| n > 0)
+                    .map(|n| RetryLayer::new().max_retries(n)),
+            },
             wrappers: Wrappers {
                 sanitize_on_load,
                 pending_markers,
@@ -634,9 +648,12 @@ impl NativeSaver {
         options.before = before;
         options.limit = limit;
         // `list` is lazy: building the stream does no I/O, but backends spawn on the runtime.
-        let stack = self.with_opened(py, |o| Arc::clone(&o.stack))?;
+        let lister = self.with_opened(py, |o| Arc::clone(&o.lister))?;
         let _guard = runtime()?.enter();
-        Ok(TupleStream::new(stack.list(options), self.recipe.timeout))
+        Ok(TupleStream::new(
+            lister.list(options),
+            self.recipe.calls.timeout,
+        ))
     }
 
     /// Creates the backend's tables or indexes where they are missing (idempotent).

@@ -379,6 +379,17 @@ async def test_timeout_bounds_calls_that_wait(make_store) -> None:
     assert store.saver(timeout=timedelta(seconds=5)).get_tuple(config) is not None
 
 
+def test_retries_take_a_whole_number() -> None:
+    """`retries=`: 0 to 100 retries; anything else is refused with InvalidInputError (the
+    calls it retries are tested with a real outage in test_graphs.py)."""
+    for bad in (-1, 101, 1.5, True, "3", None, 10**400):
+        with pytest.raises(errors.InvalidInputError, match="retries"):
+            checkpoint_rs.InMemorySaver(retries=bad)
+    saver = checkpoint_rs.InMemorySaver(retries=3)
+    put_chain(saver, "t", 2)
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 2
+
+
 def test_a_stalled_thread_leaves_the_pool_to_the_others(make_store) -> None:
     """`timeout=` on PostgreSQL bounds the saver's statements on the server too: calls on a
     thread whose rows another session holds (a stalled writer) time out, but calls on other

@@ -7,6 +7,8 @@ import asyncio
 import concurrent.futures
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -14,12 +16,13 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from langgraph.types import Command
 
 import checkpoint_rs
-from checkpoint_rs import ConflictError
+from checkpoint_rs import ConflictError, errors
 from conftest import BACKENDS, PERSISTENT, servers_required
 from langchain_core.messages import HumanMessage, ToolMessage
 
@@ -870,3 +873,119 @@ async def test_graphs_run_through_a_transaction_pooler(make_store, tmp_path):
     # Everything is in the store's schema, read directly from the server.
     threads = {t.config["configurable"]["thread_id"] for t in store.saver().list(None)}
     assert threads == {c["configurable"]["thread_id"] for c in configs} | {"pooled-review"}
+
+
+# -- a server outage (retries) -------------------------------------------------------------
+
+
+def _reset(sock: socket.socket) -> None:
+    """Ends `sock` with a reset (RST), waking a thread blocked reading it."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+class OutageProxy:
+    """A TCP proxy on 127.0.0.1 in front of a server, which `outage` makes unreachable for a
+    while: open connections are reset and new ones reset at once, as when a server crashes
+    or fails over."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.down = threading.Event()
+        self.lock = threading.Lock()
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.down.is_set():
+                _reset(client)
+                continue
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                _reset(client)
+                continue
+            with self.lock:
+                self.open += [client, server]
+            for source, target in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, target):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def outage(self, seconds: float) -> None:
+        self.down.set()
+        with self.lock:
+            cut, self.open = self.open, []
+        for sock in cut:
+            _reset(sock)
+        time.sleep(seconds)
+        self.down.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+        with self.lock:
+            cut, self.open = self.open, []
+        for sock in cut:
+            _reset(sock)
+
+
+async def test_retries_carry_a_graph_through_a_server_outage(make_store):
+    """PostgreSQL is unreachable for 1.5 s while a conversation runs, one graph run after
+    another. Through a saver without retries, runs fail with UnavailableError; with
+    `retries=6`, every run completes and the thread holds each run's work once (a put whose
+    answer was lost and was made again is stored once)."""
+    store = make_store("postgres")
+    server = urlsplit(store.target)
+    proxy = OutageProxy(server.hostname or "127.0.0.1", server.port or 5432)
+    user = server.netloc.rpartition("@")[0]
+    through = server._replace(
+        netloc=f"{user}@127.0.0.1:{proxy.port}" if user else f"127.0.0.1:{proxy.port}"
+    ).geturl()
+    try:
+        for retries in (0, 6):
+            saver = checkpoint_rs.PostgresSaver(through, **store.options, retries=retries)
+            graph = slow_graph(delay=0.02).compile(checkpointer=saver)
+            config = {"configurable": {"thread_id": f"outage-{retries}"}}
+            completed, failed = 0, []
+            outage = threading.Timer(0.3, proxy.outage, args=(1.5,))
+            started = time.monotonic()
+            outage.start()
+            while time.monotonic() - started < 2.5:
+                try:
+                    await graph.ainvoke({"log": []}, config)
+                    completed += 1
+                except errors.UnavailableError as e:
+                    failed.append(e)
+            outage.join()
+            if retries == 0:
+                assert failed, "the outage failed no run: it tests nothing"
+            else:
+                assert failed == [], failed
+                state = await graph.aget_state(config)
+                assert completed > 0
+                assert state.values["log"] == ["work"] * completed
+            saver.close()
+    finally:
+        proxy.close()

@@ -99,6 +99,15 @@ def _timeout(timeout: float | timedelta | None) -> float | None:
     return _positive(timeout, "timeout", "seconds")
 
 
+def _retries(retries: Any) -> int:
+    """The ``retries`` option: a whole number from 0 to 100."""
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
+        raise errors.InvalidInputError(
+            f"retries is a whole number of retries from 0 to 100; got {retries!r}"
+        )
+    return retries
+
+
 def _positive(value: Any, what: str, unit: str) -> float:
     """``value``, a number of ``unit``, as a float: positive and finite, or an
     ``InvalidInputError`` naming ``what``."""
@@ -484,6 +493,15 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       statements too (``statement_timeout``, a tenth longer than ``timeout`` plus 100 ms;
       ``setup`` and sweeps excepted), and a cut call's connection is closed, so a thread
       whose rows another session holds cannot take the pool from the other threads.
+    * ``retries``: how many times (default 0) a call that raised
+      :class:`checkpoint_rs.errors.UnavailableError` (a lost connection, a server restarting
+      or failing over, the ``timeout``) is made again, waiting 100 ms before the first
+      retry and twice as long before each next one, up to 3.2 s, with jitter: with 6, a
+      server away for about 6 s costs no call an error. Each attempt gets the ``timeout``.
+      Every call is safe to repeat (a put whose answer was lost is stored once; a
+      compare-and-set put retried while it is still the head succeeds again), except that
+      :meth:`sweep_expired` is not retried, and a ``list`` is opened again only until its
+      first tuple.
     """
 
     _kind: str = ""
@@ -500,6 +518,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         idempotent: bool | Mapping[str, float | timedelta] = False,
         ttl: Mapping[str, Any] | None = None,
         timeout: float | timedelta | None = None,
+        retries: int = 0,
         **backend_options: Any,
     ) -> None:
         super().__init__(serde=serde)
@@ -518,6 +537,7 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
             skip_unsafe_put=skip_unsafe_put,
             **_idempotent(idempotent),
             timeout_seconds=_timeout(timeout),
+            retries=_retries(retries),
             **_ttl_options(ttl),
             **backend_options,
         )
