@@ -11,6 +11,7 @@ use checkpoint_cli::select::{self, Selection};
 use checkpoint_cli::store::{SCHEMES, STORE_PARAMETERS, Store};
 use checkpoint_cli::verify::{self, VerifyOptions};
 use checkpoint_cli::{CliError, diff, inspect, prune};
+use checkpoint_core::{Retry, RetryLayer, Saver};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -24,6 +25,25 @@ struct Cli {
     /// Print one JSON document instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// Make a store call that failed with a transient error (a lost connection, a server
+    /// restarting or failing over) again, up to this many times, after 100 ms and then twice
+    /// as long each time, up to 3.2 s (with jitter); 0 fails at once. Every call is safe to
+    /// repeat: a migration's writes are idempotent.
+    #[arg(long, global = true, value_name = "N", default_value_t = 6)]
+    retries: usize,
+}
+
+impl Cli {
+    /// `saver` behind the `--retries` policy.
+    fn retrying(&self, saver: Arc<dyn Saver>) -> Arc<dyn Saver> {
+        if self.retries == 0 {
+            return saver;
+        }
+        Arc::new(Retry::new(
+            saver,
+            RetryLayer::new().max_retries(self.retries),
+        ))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -266,11 +286,11 @@ async fn run_migrate(cli: &Cli) -> Result<(String, bool), CliError> {
     // once (three for a LangGraph step); servers limit their connections (PostgreSQL: 100
     // by default), so pools stay at or below MAX_POOL.
     let pool = |per_job: usize| Some(pool_size(jobs * per_job + 2));
-    let source = source.open_scannable(pool(1)).await?.0;
+    let source = cli.retrying(source.open_scannable(pool(1)).await?.0);
     let target = if *dry_run {
         None
     } else {
-        Some(target.open_for_writing(pool(3)).await?)
+        Some(cli.retrying(target.open_for_writing(pool(3)).await?))
     };
     let options = MigrateOptions {
         selection,
@@ -319,6 +339,7 @@ async fn run_verify(cli: &Cli) -> Result<(String, bool), CliError> {
     let jobs = jobs.unwrap_or_else(cores).max(1);
     let pool = Some(pool_size(jobs + 2));
     let (saver, scan) = Store::parse(url)?.open_scannable(pool).await?;
+    let saver = cli.retrying(saver);
     let threads = select::select_ids(&*saver, &selection).await?;
     let options = VerifyOptions {
         channel: channel.clone(),
@@ -360,11 +381,11 @@ async fn run(cli: Cli) -> Result<(String, bool), CliError> {
         Command::Prune { dry_run, .. } => !*dry_run,
         _ => false,
     };
-    let saver = if writes {
+    let saver = cli.retrying(if writes {
         store.open().await?
     } else {
         store.open_to_read().await?
-    };
+    });
     let text = |doc: &serde_json::Value, human: fn(&serde_json::Value) -> String| {
         if cli.json { json(doc) } else { human(doc) }
     };

@@ -1454,3 +1454,123 @@ async fn store_options_in_urls_place_a_migration_where_a_configured_saver_finds_
     let _ = std::fs::remove_file(&source);
     eprintln!("store options checked on {checked} server backends");
 }
+
+/// A migration whose source server becomes unreachable for 2 s mid-way (every connection
+/// reset, new ones refused): with `--retries 0` it fails; with the default retries it
+/// completes, and `--verify` finds every thread equal on both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_rides_out_an_outage_of_its_source() {
+    use checkpoint_conformance::chaos::{ChaosProxy, Cut};
+    use checkpoint_postgres::PostgresSaver;
+    use futures::StreamExt;
+
+    const THREADS: usize = 3_000;
+    let Some(pg) = checkpoint_conformance::server_url("postgres") else {
+        assert!(
+            !checkpoint_conformance::servers_required(),
+            "CHECKPOINT_TEST_POSTGRES_URL is required"
+        );
+        return;
+    };
+    let schema = format!(
+        "cli_outage_{}",
+        checkpoint_core::new_checkpoint_id().replace('-', "_")
+    );
+    let saver = PostgresSaver::builder(&pg)
+        .unwrap()
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    saver.setup().await.unwrap();
+    futures::stream::iter(0..THREADS)
+        .for_each_concurrent(8, |i| {
+            let saver = &saver;
+            async move {
+                checkpoint_conformance::fixtures::put_child(
+                    saver,
+                    &CheckpointConfig::new(format!("t{i:05}")),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .await;
+    let options: checkpoint_postgres::sqlx::postgres::PgConnectOptions = pg.parse().unwrap();
+    let upstream = format!("{}:{}", options.get_host(), options.get_port());
+    let proxy = ChaosProxy::start(&upstream).await.unwrap();
+    let direct = format!("{pg}?schema={schema}");
+    let through = direct.replacen(&upstream, &format!("127.0.0.1:{}", proxy.port()), 1);
+    assert_ne!(through, direct, "the URL names {upstream}");
+
+    for retries in ["0", "6"] {
+        let target = temp_file(&format!("outage-{retries}"));
+        let to = format!("sqlite://{}", target.display());
+        let connections = proxy.accepted();
+        let started = std::time::Instant::now();
+        let child = Command::new(env!("CARGO_BIN_EXE_checkpoint"))
+            .args([
+                "migrate",
+                "--from",
+                &through,
+                "--to",
+                &to,
+                "--jobs",
+                "2",
+                "--json",
+                "--retries",
+                retries,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The outage begins once the migration has reached the server and is under way.
+        while proxy.accepted() == connections {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "the migration never connected"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        proxy.refuse(true);
+        proxy.cut(Cut::Reset);
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        proxy.refuse(false);
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!(
+            "--retries {retries}: exit {:?} after {:?}",
+            out.status.code(),
+            started.elapsed()
+        );
+        if retries == "0" {
+            assert!(
+                !out.status.success(),
+                "the outage failed no call of the migration: it tests nothing"
+            );
+            assert!(stderr.contains("unavailable"), "{stderr}");
+        } else {
+            assert!(out.status.success(), "{stderr}");
+            let report = json_of(&[
+                "migrate", "--from", &direct, "--to", &to, "--verify", "--json",
+            ]);
+            assert_eq!(report["differences"], json!([]), "{report:#}");
+            assert_eq!(
+                report["threads"].as_u64(),
+                Some(THREADS as u64),
+                "{report:#}"
+            );
+        }
+        let _ = std::fs::remove_file(&target);
+    }
+    let drop = format!("DROP SCHEMA \"{schema}\" CASCADE");
+    checkpoint_postgres::sqlx::query(&drop)
+        .execute(saver.pool())
+        .await
+        .unwrap();
+}
