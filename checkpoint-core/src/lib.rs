@@ -32,7 +32,7 @@ pub use metadata::{CheckpointMetadata, Source, json_equal};
 pub use options::{
     Capabilities, ListOptions, PruneStrategy, PutMode, PutOptions, PutWritesOptions, ThreadTtl,
 };
-pub use retry::{Retry, RetryLayer};
+pub use retry::{RetriesExhausted, Retry, RetryLayer};
 pub use saver::{Saver, SaverExt};
 pub use timeout::{TimedOut, Timeout, TimeoutLayer};
 pub use trace::{Tracing, TracingLayer};

@@ -1,6 +1,7 @@
 //! [`Retry`]: calls that failed with a transient error, made again after a backoff.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use tower_layer::Layer;
 
 use crate::delta::DeltaChannelHistory;
 use crate::{
-    Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
+    BoxError, Capabilities, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
     CheckpointTuple, Claim, Error, Lease, ListOptions, PruneStrategy, PutOptions, PutWritesOptions,
     Result, Saver, ThreadTtl, TypedValue,
 };
@@ -19,8 +20,9 @@ use crate::{
 /// Wraps a saver so that a call failing with a transient error ([`Error::is_transient`]: a
 /// lost connection, a server restarting or failing over, a [`Timeout`](crate::Timeout)) is
 /// made again after a growing delay, up to a bounded number of times; the last error is
-/// returned when they run out. Other errors (a compare-and-set [`Error::Conflict`], a
-/// [`Error::StaleFence`], bad input) are returned at once.
+/// returned when they run out, with a [`RetriesExhausted`] source (the error it had as that
+/// one's source), which no other `Retry` retries. Other errors (a compare-and-set
+/// [`Error::Conflict`], a [`Error::StaleFence`], bad input) are returned at once.
 ///
 /// A transient error does not say whether the call took effect: the answer may be what was
 /// lost. Every call is retried as it is because the [`Saver`] contract makes repeating it
@@ -172,16 +174,18 @@ impl<S> Retry<S> {
     }
 }
 
-/// Makes `call` until it succeeds, fails with an error that is not transient, or the
-/// policy's retries run out.
+/// Makes `call` until it succeeds, fails with an error that is not transient (or one
+/// another `Retry` already gave up on), or the policy's retries run out; a transient error
+/// it gives up with gets a [`RetriesExhausted`] source.
 async fn retried<T, F, Fut>(policy: RetryLayer, operation: &'static str, call: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
     let mut attempt = 1u32;
-    call.retry(policy.backoff())
-        .when(Error::is_transient)
+    let result = call
+        .retry(policy.backoff())
+        .when(|e: &Error| e.is_transient() && RetriesExhausted::of(e).is_none())
         .notify(|error: &Error, delay: Duration| {
             tracing::warn!(
                 operation,
@@ -192,7 +196,52 @@ where
             );
             attempt += 1;
         })
-        .await
+        .await;
+    result.map_err(|e| match e {
+        Error::Unavailable { backend, source } if !source.is::<RetriesExhausted>() => {
+            Error::Unavailable {
+                backend,
+                source: Box::new(RetriesExhausted {
+                    attempts: attempt,
+                    source,
+                }),
+            }
+        }
+        other => other,
+    })
+}
+
+/// The source of the transient error a [`Retry`] gives up with: the attempts it made, and
+/// the last attempt's error as its own source. A `Retry` passes such an error on without
+/// retrying it, so retries nested in a stack of wrappers (a `Retry` around a wrapper that
+/// has its own around the backend) do not multiply their attempts.
+#[derive(Debug)]
+pub struct RetriesExhausted {
+    /// Attempts made, the first included.
+    pub attempts: u32,
+    source: BoxError,
+}
+
+impl RetriesExhausted {
+    /// The `RetriesExhausted` an error carries, if a `Retry` gave up with it.
+    pub fn of(error: &Error) -> Option<&RetriesExhausted> {
+        match error {
+            Error::Unavailable { source, .. } => source.downcast_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RetriesExhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "gave up after {} attempts", self.attempts)
+    }
+}
+
+impl std::error::Error for RetriesExhausted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
 }
 
 /// A stream that `open` opens again while its first item is a transient error.
@@ -677,6 +726,11 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.is_transient(), "the last error is returned: {err:?}");
+        assert_eq!(RetriesExhausted::of(&err).map(|r| r.attempts), Some(5));
+        assert_eq!(
+            err.chain(),
+            "test is unavailable: gave up after 5 attempts: connection reset"
+        );
         assert_eq!(scripted.calls(), ["get_tuple"; 5], "1 attempt + 4 retries");
         assert_waited(started, 900);
         scripted.script(&[]);
@@ -685,6 +739,34 @@ mod tests {
         never.get_ref().script(&[Fault::Refused]);
         assert!(never.get_tuple(&CheckpointConfig::new("t")).await.is_err());
         assert_eq!(never.get_ref().calls(), ["get_tuple"]);
+    }
+
+    /// A `Retry` around another (through wrappers that have their own, say) does not retry
+    /// what the inner one gave up on: attempts add up, they do not multiply.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn nested_retries_do_not_multiply() {
+        let policy = exact().max_retries(2);
+        let saver = policy.layer(policy.layer(Scripted::new()));
+        let scripted = saver.get_ref().get_ref();
+        scripted.script(&[Fault::Refused; 10]);
+        let err = saver
+            .get_tuple(&CheckpointConfig::new("t"))
+            .await
+            .unwrap_err();
+        assert_eq!(scripted.calls(), ["get_tuple"; 3]);
+        assert_eq!(RetriesExhausted::of(&err).map(|r| r.attempts), Some(3));
+        assert!(err.is_transient());
+        scripted.script(&[]);
+
+        // Opening a stream likewise.
+        scripted.script(&[Fault::Refused; 10]);
+        let err = saver
+            .list(ListOptions::thread("t"))
+            .try_next()
+            .await
+            .unwrap_err();
+        assert_eq!(scripted.calls(), ["list"; 3]);
+        assert_eq!(RetriesExhausted::of(&err).map(|r| r.attempts), Some(3));
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
