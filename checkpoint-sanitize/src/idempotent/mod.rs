@@ -387,14 +387,20 @@ impl<S: Saver> Idempotent<S> {
     }
 
     /// Records `outcome` of the effect run under `context` (retrying transient ledger
-    /// failures): [`Origin::Ran`], or [`Origin::RanUnrecorded`] when the claim was lost or
-    /// the ledger kept failing (logged; another caller may run the effect again).
+    /// failures, unless a [`RetryLayer`](checkpoint_core::RetryLayer) under this wrapper
+    /// already gave up on one): [`Origin::Ran`], or [`Origin::RanUnrecorded`] when the claim
+    /// was lost or the ledger kept failing (logged; another caller may run the effect
+    /// again).
     pub async fn finish(&self, context: &EffectContext, outcome: TypedValue) -> Origin {
         let (key, token) = (context.key.as_str(), context.token);
         for attempt in 0..3u32 {
             match self.inner.complete_claim(key, token, outcome.clone()).await {
                 Ok(()) => return Origin::Ran,
-                Err(e) if e.is_transient() && attempt < 2 => {
+                Err(e)
+                    if e.is_transient()
+                        && checkpoint_core::RetriesExhausted::of(&e).is_none()
+                        && attempt < 2 =>
+                {
                     tokio::time::sleep(self.config.poll_interval * (attempt + 1)).await;
                 }
                 Err(e) => {

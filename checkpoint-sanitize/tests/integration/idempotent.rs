@@ -260,3 +260,147 @@ async fn the_thread_lease_excludes_other_processes_and_fences_writes() {
     assert!(err.is_transient(), "{err}");
     assert_eq!(impatient.locked_threads(), 0);
 }
+
+/// The reference saver whose `complete_claim` fails with a transient error, counting its
+/// calls.
+#[derive(Debug, Default)]
+struct LedgerDown {
+    inner: InMemorySaver,
+    completions: AtomicUsize,
+}
+
+#[checkpoint_core::async_trait]
+impl Saver for LedgerDown {
+    fn capabilities(&self) -> checkpoint_core::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn get_tuple(
+        &self,
+        config: &CheckpointConfig,
+    ) -> checkpoint_core::Result<Option<checkpoint_core::CheckpointTuple>> {
+        self.inner.get_tuple(config).await
+    }
+    fn list(
+        &self,
+        options: checkpoint_core::ListOptions,
+    ) -> checkpoint_core::BoxStream<
+        'static,
+        checkpoint_core::Result<checkpoint_core::CheckpointTuple>,
+    > {
+        self.inner.list(options)
+    }
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: checkpoint_core::ChannelVersions,
+        options: PutOptions,
+    ) -> checkpoint_core::Result<CheckpointConfig> {
+        self.inner
+            .put(config, checkpoint, metadata, new_versions, options)
+            .await
+    }
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(String, TypedValue)>,
+        task_id: &str,
+        options: checkpoint_core::PutWritesOptions,
+    ) -> checkpoint_core::Result<()> {
+        self.inner
+            .put_writes(config, writes, task_id, options)
+            .await
+    }
+    async fn delete_thread(&self, thread_id: &str) -> checkpoint_core::Result<()> {
+        self.inner.delete_thread(thread_id).await
+    }
+    async fn copy_thread(&self, source: &str, target: &str) -> checkpoint_core::Result<()> {
+        self.inner.copy_thread(source, target).await
+    }
+    async fn prune(
+        &self,
+        thread_ids: &[String],
+        strategy: checkpoint_core::PruneStrategy,
+    ) -> checkpoint_core::Result<()> {
+        self.inner.prune(thread_ids, strategy).await
+    }
+    async fn delete_for_runs(&self, run_ids: &[String]) -> checkpoint_core::Result<()> {
+        self.inner.delete_for_runs(run_ids).await
+    }
+    async fn acquire_lease(
+        &self,
+        thread_id: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> checkpoint_core::Result<Option<checkpoint_core::Lease>> {
+        self.inner.acquire_lease(thread_id, holder, ttl).await
+    }
+    async fn renew_lease(
+        &self,
+        lease: &checkpoint_core::Lease,
+        ttl: Duration,
+    ) -> checkpoint_core::Result<checkpoint_core::Lease> {
+        self.inner.renew_lease(lease, ttl).await
+    }
+    async fn release_lease(&self, lease: &checkpoint_core::Lease) -> checkpoint_core::Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn claim(&self, key: &str, ttl: Duration) -> checkpoint_core::Result<Claim> {
+        self.inner.claim(key, ttl).await
+    }
+    async fn complete_claim(
+        &self,
+        _key: &str,
+        _token: u64,
+        _outcome: TypedValue,
+    ) -> checkpoint_core::Result<()> {
+        self.completions.fetch_add(1, Ordering::SeqCst);
+        Err(Error::Unavailable {
+            backend: "test",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        })
+    }
+    async fn abandon_claim(&self, key: &str, token: u64) -> checkpoint_core::Result<()> {
+        self.inner.abandon_claim(key, token).await
+    }
+}
+
+/// `finish` retries a transient ledger failure itself, but not one a `RetryLayer` under the
+/// wrapper already gave up on: their attempts add up instead of multiplying.
+#[tokio::test]
+async fn finish_does_not_retry_what_a_retry_layer_gave_up_on() {
+    use checkpoint_core::{Retry, RetryLayer};
+
+    let outcome = TypedValue::msgpack(&"done").unwrap();
+    let key = EffectKey::new("k").unwrap();
+    let bare = Arc::new(LedgerDown::default());
+    let idem = Idempotent::new(Arc::clone(&bare), fast());
+    let Ok(Begun::Run(context)) = idem.begin(&key).await else {
+        panic!("a fresh key is run")
+    };
+    assert_eq!(
+        idem.finish(&context, outcome.clone()).await,
+        Origin::RanUnrecorded
+    );
+    assert_eq!(
+        bare.completions.load(Ordering::SeqCst),
+        3,
+        "its own 3 attempts"
+    );
+
+    let retried = Arc::new(LedgerDown::default());
+    let layer = RetryLayer::new()
+        .max_retries(2)
+        .delays(Duration::from_millis(1), Duration::from_millis(2));
+    let idem = Idempotent::new(Retry::new(Arc::clone(&retried), layer), fast());
+    let Ok(Begun::Run(context)) = idem.begin(&key).await else {
+        panic!("a fresh key is run")
+    };
+    assert_eq!(idem.finish(&context, outcome).await, Origin::RanUnrecorded);
+    assert_eq!(
+        retried.completions.load(Ordering::SeqCst),
+        3,
+        "the layer's 3 attempts, not 3 x 3"
+    );
+}
