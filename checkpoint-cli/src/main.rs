@@ -27,10 +27,11 @@ struct Cli {
     json: bool,
     /// Make a store call that failed with a transient error (a lost connection, a server
     /// restarting or failing over) again, up to this many times, after 100 ms and then twice
-    /// as long each time, up to 3.2 s (with jitter); 0 fails at once. Every call is safe to
-    /// repeat: a migration's writes are idempotent.
-    #[arg(long, global = true, value_name = "N", default_value_t = 6)]
-    retries: usize,
+    /// as long each time, up to 3.2 s (with jitter); 0 fails at once; at most 100. Every
+    /// call is safe to repeat: a migration's writes are idempotent.
+    #[arg(long, global = true, value_name = "N", default_value_t = 6,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    retries: u8,
 }
 
 impl Cli {
@@ -41,7 +42,7 @@ impl Cli {
         }
         Arc::new(Retry::new(
             saver,
-            RetryLayer::new().max_retries(self.retries),
+            RetryLayer::new().max_retries(usize::from(self.retries)),
         ))
     }
 }

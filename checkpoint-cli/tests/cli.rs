@@ -1534,6 +1534,11 @@ async fn a_migration_rides_out_an_outage_of_its_source() {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let mut child = child;
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the migration ended before the outage: it tests nothing"
+        );
         proxy.refuse(true);
         proxy.cut(Cut::Reset);
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;

@@ -29,7 +29,8 @@ use crate::{
 /// safe:
 ///
 /// * `put`, `put_writes`, `import`, `copy_thread`, the deletions, `set_thread_ttl` and the
-///   reads are idempotent. A compare-and-set put that was stored and whose answer was lost
+///   reads are idempotent. A deletion repeated after a lost answer deletes what was written
+///   in between too, as the caller's own retry would. A compare-and-set put that was stored and whose answer was lost
 ///   succeeds again while it is still the head; if another writer has put after it in the
 ///   meantime, the retry fails with [`Error::Conflict`] although the put was stored (read
 ///   the head to tell, as after any conflict).
@@ -118,7 +119,8 @@ impl RetryLayer {
     }
 
     /// Waits `first` before the first retry, twice as long before each next one, and never
-    /// longer than `max` (raised to `first` when smaller).
+    /// longer than `max` (raised to `first` when smaller); jitter draws each delay between
+    /// that and twice that.
     pub fn delays(mut self, first: Duration, max: Duration) -> Self {
         self.first_delay = first;
         self.max_delay = max.max(first);

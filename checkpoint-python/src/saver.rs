@@ -160,9 +160,10 @@ impl Opened {
         admin: Admin,
         sweeper: Option<&Arc<SweeperStatus>>,
     ) -> PyResult<Self> {
-        // The deadline goes outermost, around every call but `list` (whose stream gets it
-        // for each batch it waits for: see `TupleStream`) and the background sweeper's, which
-        // finishes its batch however long it takes.
+        // The deadline goes around every call (each attempt of it) but `list`, whose stream
+        // gets it for each batch it waits for, retries included (see `TupleStream`), and the
+        // background sweeper's, which finishes its batch however long it takes; the retries
+        // go outermost.
         let inner = recipe.calls.around(Arc::clone(&stack));
         let lister = CallPolicy {
             timeout: None,

@@ -301,8 +301,9 @@ impl RedisSaverBuilder {
                     .retry_connection(true)
                     .test_on_check_out(true)
                     .build_unchecked(manager);
-                // Refused only when the pool's own first connection filled a one-connection
-                // pool already.
+                // Ready for the first call, beside the one the pool opens itself (`min_idle`).
+                // A one-connection pool has reserved its only place for that one: there this
+                // connection is refused and closed.
                 let _ = pool.add(first);
                 Link::Single { pool, epoch }
             }

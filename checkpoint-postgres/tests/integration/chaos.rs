@@ -58,11 +58,6 @@ async fn writes_survive_a_flaky_network_and_the_pool_heals() {
     drop_schemas(&url, &[schema]).await;
 }
 
-/// A call whose `BEGIN` is cut short (here a `set_thread_ttl` whose caller gave up while
-/// the network stalled) must not leave its connection in a transaction: sqlx counts a
-/// transaction only once the server answered the `BEGIN`, so a connection handed back
-/// after the server ran it would stay in a transaction that the next single-statement
-/// calls on it join, acknowledged but never committed. The saver closes such a connection.
 /// Outages fail calls of a plain saver; through `RetryLayer::new()` none fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_layer_rides_out_outages() {
@@ -91,6 +86,11 @@ async fn a_retry_layer_rides_out_outages() {
     drop_schemas(&url, &[schema]).await;
 }
 
+/// A call whose `BEGIN` is cut short (here a `set_thread_ttl` whose caller gave up while
+/// the network stalled) must not leave its connection in a transaction: sqlx counts a
+/// transaction only once the server answered the `BEGIN`, so a connection handed back
+/// after the server ran it would stay in a transaction that the next single-statement
+/// calls on it join, acknowledged but never committed. The saver closes such a connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_begin_cut_short_leaves_no_transaction_open() {
     use checkpoint_conformance::fixtures;

@@ -497,7 +497,8 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       :class:`checkpoint_rs.errors.UnavailableError` (a lost connection, a server restarting
       or failing over, the ``timeout``) is made again, waiting 100 ms before the first
       retry and twice as long before each next one, up to 3.2 s, with jitter: with 6, a
-      server away for about 6 s costs no call an error. Each attempt gets the ``timeout``.
+      server away for about 6 s costs no call an error. Each attempt gets the ``timeout``
+      (a ``list``'s batch gets it once, its retries included).
       Every call is safe to repeat (a put whose answer was lost is stored once; a
       compare-and-set put retried while it is still the head succeeds again), except that
       :meth:`sweep_expired` is not retried, and a ``list`` is opened again only until its
