@@ -13,6 +13,8 @@ mod metadata;
 mod options;
 mod retry;
 mod saver;
+#[cfg(test)]
+mod testing;
 mod timeout;
 mod trace;
 mod tuple;

@@ -1,13 +1,13 @@
 //! [`Retry`]: calls that failed with a transient error, made again after a backoff.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use backon::{ExponentialBuilder, Retryable};
-use futures::stream::{self, BoxStream, StreamExt};
+use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use tower_layer::Layer;
 
 use crate::delta::DeltaChannelHistory;
@@ -42,9 +42,12 @@ use crate::{
 ///   would: the claim lapses after its TTL and can then be taken again.
 /// * `sweep_expired` is *not* retried: a second run would delete another batch and its count
 ///   would hide the first run's. A sweeper calls it again on its own schedule.
-/// * `list` and `list_threads` are opened again while the stream has yielded nothing; an
-///   error after the first item ends the stream as before (resuming could repeat or skip
-///   items).
+/// * `list` is opened again after a transient error wherever it comes, and resumes after
+///   the last checkpoint it yielded: checkpoints with a lower id (`before`), and those
+///   with the same id in a thread or namespace not yet yielded (the listing's ties), within
+///   what is left of `limit`. It yields what an uncut listing yields, each checkpoint once;
+///   the policy's retries are the whole stream's. `list_threads`, which takes no position
+///   to resume from, is opened again only while it has yielded nothing.
 ///
 /// Each retry is logged as a `tracing` warning with the operation, the attempt, the delay
 /// and the error. Calls made again keep their arguments: `put` clones its checkpoint (its
@@ -187,30 +190,43 @@ where
     let mut attempt = 1u32;
     let result = call
         .retry(policy.backoff())
-        .when(|e: &Error| e.is_transient() && RetriesExhausted::of(e).is_none())
+        .when(retryable)
         .notify(|error: &Error, delay: Duration| {
-            tracing::warn!(
-                operation,
-                attempt,
-                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                error = %error.chain(),
-                "saver call failed with a transient error; retrying"
-            );
+            warn_retry(operation, attempt, delay, error);
             attempt += 1;
         })
         .await;
-    result.map_err(|e| match e {
+    result.map_err(|e| gave_up(e, attempt))
+}
+
+/// Whether a `Retry` makes a call that failed with `e` again: a transient error no other
+/// `Retry` gave up on.
+fn retryable(e: &Error) -> bool {
+    e.is_transient() && RetriesExhausted::of(e).is_none()
+}
+
+fn warn_retry(operation: &'static str, attempt: u32, delay: Duration, error: &Error) {
+    tracing::warn!(
+        operation,
+        attempt,
+        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        error = %error.chain(),
+        "saver call failed with a transient error; retrying"
+    );
+}
+
+/// The error a `Retry` gives up with after `attempts`: a transient one gets a
+/// [`RetriesExhausted`] source (once).
+fn gave_up(e: Error, attempts: u32) -> Error {
+    match e {
         Error::Unavailable { backend, source } if !source.is::<RetriesExhausted>() => {
             Error::Unavailable {
                 backend,
-                source: Box::new(RetriesExhausted {
-                    attempts: attempt,
-                    source,
-                }),
+                source: Box::new(RetriesExhausted { attempts, source }),
             }
         }
         other => other,
-    })
+    }
 }
 
 /// The source of the transient error a [`Retry`] gives up with: the attempts it made, and
@@ -246,21 +262,17 @@ impl std::error::Error for RetriesExhausted {
     }
 }
 
-/// A stream that `open` opens again while its first item is a transient error.
-fn reopened<S, T>(
+/// `list_threads` opened again while its first item is a transient error (it takes no
+/// position to resume from).
+fn reopened<S: Saver>(
     inner: &Arc<S>,
     policy: RetryLayer,
     operation: &'static str,
-    open: impl Fn(&S) -> BoxStream<'static, Result<T>> + Send + Sync + 'static,
-) -> BoxStream<'static, Result<T>>
-where
-    S: Saver,
-    T: Send + 'static,
-{
+) -> BoxStream<'static, Result<String>> {
     let inner = Arc::clone(inner);
     let opened = async move {
         let first = retried(policy, operation, || {
-            let mut items = open(&inner);
+            let mut items = inner.list_threads();
             async move {
                 match items.next().await {
                     Some(Err(e)) => Err(e),
@@ -275,6 +287,128 @@ where
     stream::once(opened).flatten().boxed()
 }
 
+/// `list` through a [`Retry`]: opened again after a transient error, wherever it comes, and
+/// resumed after the last checkpoint yielded (see [`Listing::reopen`]), until the policy's
+/// retries for the whole stream run out.
+struct Listing<S> {
+    inner: Arc<S>,
+    options: ListOptions,
+    backoff: <ExponentialBuilder as BackoffBuilder>::Backoff,
+    /// The stream being read; `None` until (re)opened.
+    current: Option<BoxStream<'static, Result<CheckpointTuple>>>,
+    /// Checkpoints yielded so far.
+    yielded: usize,
+    /// The id of the last checkpoint yielded, and the `(thread, namespace)` of every
+    /// checkpoint with that id yielded (the listing orders by id; ties are several threads
+    /// or namespaces).
+    last: Option<(String, HashSet<(String, String)>)>,
+    attempt: u32,
+    done: bool,
+}
+
+impl<S: Saver> Listing<S> {
+    fn new(inner: Arc<S>, options: ListOptions, policy: RetryLayer) -> Self {
+        Self {
+            inner,
+            options,
+            backoff: policy.backoff().build(),
+            current: None,
+            yielded: 0,
+            last: None,
+            attempt: 1,
+            done: false,
+        }
+    }
+
+    /// The listing from where it stopped. The checkpoints not yet yielded are those with an
+    /// id below the last one's (`before`, which the backend compares as it orders), and
+    /// those with the last one's id in a thread or namespace not yet yielded at that id;
+    /// `limit` counts what was yielded.
+    fn reopen(&self) -> BoxStream<'static, Result<CheckpointTuple>> {
+        let Some((id, seen)) = &self.last else {
+            return self.inner.list(self.options.clone());
+        };
+        let remaining = self.options.limit.map(|l| l.saturating_sub(self.yielded));
+        if remaining == Some(0) {
+            return stream::empty().boxed();
+        }
+        let mut ties = self.options.clone();
+        ties.checkpoint_id = Some(id.clone());
+        ties.before = None;
+        ties.limit = None;
+        let seen = seen.clone();
+        let ties = self.inner.list(ties).try_filter(move |t| {
+            let key = (t.config.thread_id.clone(), t.config.checkpoint_ns.clone());
+            futures::future::ready(!seen.contains(&key))
+        });
+        let rest = if self.options.checkpoint_id.is_some() {
+            stream::empty().boxed()
+        } else {
+            let mut rest = self.options.clone();
+            rest.before = Some(id.clone());
+            rest.limit = remaining;
+            self.inner.list(rest)
+        };
+        let resumed = ties.chain(rest);
+        match remaining {
+            Some(n) => resumed.take(n).boxed(),
+            None => resumed.boxed(),
+        }
+    }
+
+    fn note(&mut self, tuple: &CheckpointTuple) {
+        self.yielded += 1;
+        let key = (
+            tuple.config.thread_id.clone(),
+            tuple.config.checkpoint_ns.clone(),
+        );
+        match &mut self.last {
+            Some((id, seen)) if *id == tuple.checkpoint.id => {
+                seen.insert(key);
+            }
+            last => *last = Some((tuple.checkpoint.id.clone(), HashSet::from([key]))),
+        }
+    }
+
+    async fn next_item(&mut self) -> Option<Result<CheckpointTuple>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let items = match &mut self.current {
+                Some(items) => items,
+                None => self.current.insert(self.reopen()),
+            };
+            match items.next().await {
+                Some(Ok(tuple)) => {
+                    self.note(&tuple);
+                    return Some(Ok(tuple));
+                }
+                None => {
+                    self.done = true;
+                    return None;
+                }
+                Some(Err(e)) if retryable(&e) => match self.backoff.next() {
+                    Some(delay) => {
+                        warn_retry("list", self.attempt, delay, &e);
+                        self.attempt += 1;
+                        self.current = None;
+                        tokio::time::sleep(delay).await;
+                    }
+                    None => {
+                        self.done = true;
+                        return Some(Err(gave_up(e, self.attempt)));
+                    }
+                },
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl<S: Saver> Saver for Retry<S> {
     fn capabilities(&self) -> Capabilities {
@@ -286,15 +420,16 @@ impl<S: Saver> Saver for Retry<S> {
     }
 
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
-        reopened(&self.inner, self.policy, "list", move |inner| {
-            inner.list(options.clone())
+        let listing = Listing::new(Arc::clone(&self.inner), options, self.policy);
+        stream::unfold(listing, |mut listing| async move {
+            let item = listing.next_item().await?;
+            Some((item, listing))
         })
+        .boxed()
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        reopened(&self.inner, self.policy, "list_threads", |inner| {
-            inner.list_threads()
-        })
+        reopened(&self.inner, self.policy, "list_threads")
     }
 
     async fn delta_channel_history(
@@ -439,226 +574,11 @@ impl<S: Saver> Saver for Retry<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-    use std::sync::Mutex;
-
     use futures::TryStreamExt;
     use tokio::time::Instant;
 
     use super::*;
-    use crate::InMemorySaver;
-
-    /// What the scripted saver does to its next call.
-    #[derive(Clone, Copy, Debug)]
-    enum Fault {
-        /// Fails before the call reaches the store: nothing happened.
-        Refused,
-        /// The call takes effect and its answer is lost.
-        AnswerLost,
-        /// Fails with an error that is not transient.
-        Rejected,
-        /// A stream yields its first item, then a transient error.
-        AfterFirst,
-    }
-
-    /// The reference saver, with faults scripted for its next calls, in order.
-    #[derive(Debug)]
-    struct Scripted {
-        inner: Arc<InMemorySaver>,
-        faults: Mutex<VecDeque<Fault>>,
-        calls: Mutex<Vec<&'static str>>,
-    }
-
-    fn lost() -> Error {
-        Error::Unavailable {
-            backend: "test",
-            source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
-        }
-    }
-
-    impl Scripted {
-        fn new() -> Self {
-            let inner = InMemorySaver::builder()
-                .default_ttl(Some(Duration::from_secs(3600)))
-                .build()
-                .unwrap();
-            Self {
-                inner: Arc::new(inner),
-                faults: Mutex::new(VecDeque::new()),
-                calls: Mutex::new(Vec::new()),
-            }
-        }
-
-        fn script(&self, faults: &[Fault]) {
-            self.faults.lock().unwrap().extend(faults);
-            self.calls.lock().unwrap().clear();
-        }
-
-        /// Calls made since the last script.
-        fn calls(&self) -> Vec<&'static str> {
-            self.calls.lock().unwrap().clone()
-        }
-
-        fn next(&self, operation: &'static str) -> Option<Fault> {
-            self.calls.lock().unwrap().push(operation);
-            self.faults.lock().unwrap().pop_front()
-        }
-
-        async fn through<T>(
-            &self,
-            operation: &'static str,
-            call: impl Future<Output = Result<T>>,
-        ) -> Result<T> {
-            match self.next(operation) {
-                None | Some(Fault::AfterFirst) => call.await,
-                Some(Fault::Refused) => Err(lost()),
-                Some(Fault::AnswerLost) => {
-                    call.await?;
-                    Err(lost())
-                }
-                Some(Fault::Rejected) => Err(Error::invalid("rejected by the script")),
-            }
-        }
-
-        fn streamed<T: Send + 'static>(
-            &self,
-            operation: &'static str,
-            items: BoxStream<'static, Result<T>>,
-        ) -> BoxStream<'static, Result<T>> {
-            match self.next(operation) {
-                None | Some(Fault::AnswerLost) => items,
-                Some(Fault::Refused) => stream::once(async { Err(lost()) }).boxed(),
-                Some(Fault::Rejected) => {
-                    stream::once(async { Err(Error::invalid("rejected by the script")) }).boxed()
-                }
-                Some(Fault::AfterFirst) => items
-                    .take(1)
-                    .chain(stream::once(async { Err(lost()) }))
-                    .boxed(),
-            }
-        }
-    }
-
-    #[async_trait]
-    impl Saver for Scripted {
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities()
-        }
-        async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
-            self.through("get_tuple", self.inner.get_tuple(config))
-                .await
-        }
-        fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
-            self.streamed("list", self.inner.list(options))
-        }
-        fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-            self.streamed("list_threads", self.inner.list_threads())
-        }
-        async fn delta_channel_history(
-            &self,
-            config: &CheckpointConfig,
-            channels: &[String],
-        ) -> Result<BTreeMap<String, DeltaChannelHistory>> {
-            self.through(
-                "delta_channel_history",
-                self.inner.delta_channel_history(config, channels),
-            )
-            .await
-        }
-        async fn put(
-            &self,
-            config: &CheckpointConfig,
-            checkpoint: Checkpoint,
-            metadata: CheckpointMetadata,
-            new_versions: ChannelVersions,
-            options: PutOptions,
-        ) -> Result<CheckpointConfig> {
-            self.through(
-                "put",
-                self.inner
-                    .put(config, checkpoint, metadata, new_versions, options),
-            )
-            .await
-        }
-        async fn put_writes(
-            &self,
-            config: &CheckpointConfig,
-            writes: Vec<(String, TypedValue)>,
-            task_id: &str,
-            options: PutWritesOptions,
-        ) -> Result<()> {
-            self.through(
-                "put_writes",
-                self.inner.put_writes(config, writes, task_id, options),
-            )
-            .await
-        }
-        async fn import(&self, tuples: Vec<CheckpointTuple>) -> Result<()> {
-            self.through("import", self.inner.import(tuples)).await
-        }
-        async fn delete_thread(&self, thread_id: &str) -> Result<()> {
-            self.through("delete_thread", self.inner.delete_thread(thread_id))
-                .await
-        }
-        async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
-            self.through("copy_thread", self.inner.copy_thread(source, target))
-                .await
-        }
-        async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
-            self.through("prune", self.inner.prune(thread_ids, strategy))
-                .await
-        }
-        async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
-            self.through("delete_for_runs", self.inner.delete_for_runs(run_ids))
-                .await
-        }
-        async fn acquire_lease(
-            &self,
-            thread_id: &str,
-            holder: &str,
-            ttl: Duration,
-        ) -> Result<Option<Lease>> {
-            self.through(
-                "acquire_lease",
-                self.inner.acquire_lease(thread_id, holder, ttl),
-            )
-            .await
-        }
-        async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-            self.through("renew_lease", self.inner.renew_lease(lease, ttl))
-                .await
-        }
-        async fn release_lease(&self, lease: &Lease) -> Result<()> {
-            self.through("release_lease", self.inner.release_lease(lease))
-                .await
-        }
-        async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
-            self.through("claim", self.inner.claim(key, ttl)).await
-        }
-        async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()> {
-            self.through(
-                "complete_claim",
-                self.inner.complete_claim(key, token, outcome),
-            )
-            .await
-        }
-        async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
-            self.through("abandon_claim", self.inner.abandon_claim(key, token))
-                .await
-        }
-        async fn set_thread_ttl(&self, thread_id: &str, ttl: ThreadTtl) -> Result<()> {
-            self.through("set_thread_ttl", self.inner.set_thread_ttl(thread_id, ttl))
-                .await
-        }
-        async fn thread_ttl(&self, thread_id: &str) -> Result<Option<Duration>> {
-            self.through("thread_ttl", self.inner.thread_ttl(thread_id))
-                .await
-        }
-        async fn sweep_expired(&self, limit: usize) -> Result<usize> {
-            self.through("sweep_expired", self.inner.sweep_expired(limit))
-                .await
-        }
-    }
+    use crate::testing::{Fault, Scripted};
 
     /// Exact delays, so paused time can check them.
     fn exact() -> RetryLayer {
@@ -968,37 +888,132 @@ mod tests {
         );
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn a_stream_is_opened_again_only_until_its_first_item() {
-        let saver = exact().layer(Scripted::new());
-        let scripted = saver.get_ref();
+    /// `n` checkpoints in a line on `thread`.
+    async fn put_line(saver: &dyn Saver, thread: &str, n: i64) {
         let mut parent = None;
-        for n in 0..3 {
-            let config = put_next(&saver, "t", parent.as_ref(), n, PutOptions::new())
+        for i in 0..n {
+            let config = put_next(saver, thread, parent.as_ref(), i, PutOptions::new())
                 .await
                 .unwrap();
             parent = saver.get_tuple(&config).await.unwrap();
         }
+    }
 
-        scripted.script(&[Fault::Refused, Fault::Refused]);
-        let all: Vec<_> = saver
-            .list(ListOptions::thread("t"))
-            .try_collect()
-            .await
-            .unwrap();
-        assert_eq!(all.len(), 3);
-        assert_eq!(scripted.calls(), ["list"; 3]);
+    /// The addresses of a listing, in order.
+    fn addresses(tuples: &[CheckpointTuple]) -> Vec<(String, String, String)> {
+        tuples
+            .iter()
+            .map(|t| {
+                (
+                    t.checkpoint.id.clone(),
+                    t.config.thread_id.clone(),
+                    t.config.checkpoint_ns.clone(),
+                )
+            })
+            .collect()
+    }
 
-        scripted.script(&[Fault::AfterFirst]);
-        let mut listed = saver.list(ListOptions::thread("t"));
+    /// A listing cut by transient errors, anywhere, resumes after the checkpoint it yielded
+    /// last: it yields what an uncut one yields, in order, each once, `limit` included.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_list_resumes_after_the_last_checkpoint_it_yielded() {
+        let saver = exact().layer(Scripted::new());
+        let scripted = saver.get_ref();
+        put_line(&saver, "t", 5).await;
+        let listing = |options: ListOptions| {
+            let saver = &saver;
+            async move {
+                saver
+                    .list(options)
+                    .try_collect::<Vec<_>>()
+                    .await
+                    .map(|t| addresses(&t))
+            }
+        };
+        let whole = listing(ListOptions::thread("t")).await.unwrap();
+        assert_eq!(whole.len(), 5);
+        for faults in [
+            &[Fault::Refused, Fault::Refused][..],
+            &[Fault::After(2)],
+            &[Fault::After(1), Fault::Refused, Fault::After(1)],
+            &[Fault::After(4)],
+            &[Fault::After(5)],
+        ] {
+            scripted.script(faults);
+            assert_eq!(
+                listing(ListOptions::thread("t")).await.unwrap(),
+                whole,
+                "{faults:?}"
+            );
+            scripted.script(faults);
+            assert_eq!(
+                listing(ListOptions::thread("t").limit(3)).await.unwrap(),
+                whole[..3],
+                "{faults:?}, limit 3"
+            );
+        }
+        scripted.script(&[]);
+
+        // Ties: a copied thread has the same ids, so the global listing orders each id's
+        // two checkpoints by thread. A cut between them resumes at the one not yet yielded.
+        saver.copy_thread("t", "u").await.unwrap();
+        let global = listing(ListOptions::new()).await.unwrap();
+        assert_eq!(global.len(), 10);
+        assert_eq!(global[0].0, global[1].0, "a tie: {global:?}");
+        for cut in 1..10 {
+            scripted.script(&[Fault::After(cut), Fault::After(2)]);
+            assert_eq!(
+                listing(ListOptions::new()).await.unwrap(),
+                global,
+                "cut at {cut}"
+            );
+        }
+        scripted.script(&[]);
+
+        // The retries are the whole stream's: each cut spends one. (A resumed listing reads
+        // the last id's ties first, which every fault here cuts.)
+        let few = exact().max_retries(2).layer(Scripted::new());
+        put_line(&few, "t", 5).await;
+        few.get_ref().script(&[Fault::After(1); 10]);
+        let mut listed = few.list(ListOptions::thread("t"));
         assert!(listed.try_next().await.unwrap().is_some());
         let err = listed.try_next().await.unwrap_err();
-        assert!(err.is_transient());
+        assert_eq!(RetriesExhausted::of(&err).map(|r| r.attempts), Some(3));
         assert!(
             listed.try_next().await.unwrap().is_none(),
             "the stream ends"
         );
-        assert_eq!(scripted.calls(), ["list"], "not opened again");
+
+        // An error that is not transient ends the stream at once.
+        scripted.script(&[Fault::Rejected]);
+        let err = listing(ListOptions::thread("t")).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        assert_eq!(scripted.calls(), ["list"]);
+    }
+
+    /// `list_threads` takes no position to resume from: it is opened again while it has
+    /// yielded nothing, and an error after its first id ends it.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn list_threads_is_opened_again_only_until_its_first_id() {
+        let saver = exact().layer(Scripted::new());
+        let scripted = saver.get_ref();
+        put_line(&saver, "t", 1).await;
+        put_line(&saver, "u", 1).await;
+
+        scripted.script(&[Fault::Refused, Fault::Refused]);
+        let all: Vec<String> = saver.list_threads().try_collect().await.unwrap();
+        assert_eq!(all, ["t", "u"]);
+        assert_eq!(scripted.calls(), ["list_threads"; 3]);
+
+        scripted.script(&[Fault::After(1)]);
+        let mut listed = saver.list_threads();
+        assert!(listed.try_next().await.unwrap().is_some());
+        assert!(listed.try_next().await.unwrap_err().is_transient());
+        assert!(
+            listed.try_next().await.unwrap().is_none(),
+            "the stream ends"
+        );
+        assert_eq!(scripted.calls(), ["list_threads"], "not opened again");
 
         scripted.script(&[Fault::Rejected]);
         let mut listed = saver.list_threads();
@@ -1006,12 +1021,5 @@ mod tests {
         assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
         assert!(listed.try_next().await.unwrap().is_none());
         assert_eq!(scripted.calls(), ["list_threads"]);
-
-        let empty: Vec<_> = saver
-            .list(ListOptions::thread("none"))
-            .try_collect()
-            .await
-            .unwrap();
-        assert!(empty.is_empty());
     }
 }

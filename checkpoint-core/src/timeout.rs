@@ -360,91 +360,7 @@ mod tests {
     use futures::TryStreamExt;
 
     use super::*;
-    use crate::InMemorySaver;
-
-    /// The reference saver, with `get_tuple` and `list` that take `delay` first.
-    #[derive(Debug)]
-    struct Slow {
-        inner: InMemorySaver,
-        delay: Duration,
-    }
-
-    #[async_trait]
-    impl Saver for Slow {
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities()
-        }
-        async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>> {
-            tokio::time::sleep(self.delay).await;
-            self.inner.get_tuple(config).await
-        }
-        fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
-            let delay = self.delay;
-            let items = self.inner.list(options);
-            futures::stream::once(tokio::time::sleep(delay))
-                .flat_map(|()| futures::stream::empty::<Result<CheckpointTuple>>())
-                .chain(items)
-                .boxed()
-        }
-        async fn put(
-            &self,
-            config: &CheckpointConfig,
-            checkpoint: Checkpoint,
-            metadata: CheckpointMetadata,
-            new_versions: ChannelVersions,
-            options: PutOptions,
-        ) -> Result<CheckpointConfig> {
-            self.inner
-                .put(config, checkpoint, metadata, new_versions, options)
-                .await
-        }
-        async fn put_writes(
-            &self,
-            config: &CheckpointConfig,
-            writes: Vec<(String, TypedValue)>,
-            task_id: &str,
-            options: PutWritesOptions,
-        ) -> Result<()> {
-            self.inner
-                .put_writes(config, writes, task_id, options)
-                .await
-        }
-        async fn delete_thread(&self, thread_id: &str) -> Result<()> {
-            self.inner.delete_thread(thread_id).await
-        }
-        async fn copy_thread(&self, source: &str, target: &str) -> Result<()> {
-            self.inner.copy_thread(source, target).await
-        }
-        async fn prune(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<()> {
-            self.inner.prune(thread_ids, strategy).await
-        }
-        async fn delete_for_runs(&self, run_ids: &[String]) -> Result<()> {
-            self.inner.delete_for_runs(run_ids).await
-        }
-        async fn acquire_lease(
-            &self,
-            thread_id: &str,
-            holder: &str,
-            ttl: Duration,
-        ) -> Result<Option<Lease>> {
-            self.inner.acquire_lease(thread_id, holder, ttl).await
-        }
-        async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-            self.inner.renew_lease(lease, ttl).await
-        }
-        async fn release_lease(&self, lease: &Lease) -> Result<()> {
-            self.inner.release_lease(lease).await
-        }
-        async fn claim(&self, key: &str, ttl: Duration) -> Result<Claim> {
-            self.inner.claim(key, ttl).await
-        }
-        async fn complete_claim(&self, key: &str, token: u64, outcome: TypedValue) -> Result<()> {
-            self.inner.complete_claim(key, token, outcome).await
-        }
-        async fn abandon_claim(&self, key: &str, token: u64) -> Result<()> {
-            self.inner.abandon_claim(key, token).await
-        }
-    }
+    use crate::testing::Scripted;
 
     fn timed_out_of(e: &Error) -> Option<&TimedOut> {
         match e {
@@ -456,12 +372,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_late_call_fails_transient_and_an_in_time_one_passes() {
         let limit = Duration::from_millis(500);
-        let slow = |delay| {
-            TimeoutLayer::new(limit).layer(Slow {
-                inner: InMemorySaver::new(),
-                delay,
-            })
-        };
+        let slow = |delay| TimeoutLayer::new(limit).layer(Scripted::new().slow_reads(delay));
         let thread = CheckpointConfig::new("t");
 
         let late = slow(Duration::from_millis(1_500));
@@ -491,7 +402,6 @@ mod tests {
             listed.try_next().await.unwrap().is_none(),
             "the stream ends"
         );
-        // `Slow` keeps the trait's `list_threads`, which reads through the slow `list`.
         let err = late.list_threads().try_next().await.unwrap_err();
         assert_eq!(
             timed_out_of(&err).map(|t| t.operation),

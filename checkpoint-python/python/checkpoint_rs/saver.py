@@ -501,8 +501,8 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
       (a ``list``'s batch gets it once, its retries included).
       Every call is safe to repeat (a put whose answer was lost is stored once; a
       compare-and-set put retried while it is still the head succeeds again), except that
-      :meth:`sweep_expired` is not retried, and a ``list`` is opened again only until its
-      first tuple.
+      :meth:`sweep_expired` is not retried; a ``list`` cut part-way resumes after the last
+      tuple it yielded.
     """
 
     _kind: str = ""
