@@ -373,7 +373,9 @@ const OUTAGES: usize = 3;
 /// `RetryLayer::new()` around the same saver, on the same schedule: no call may fail, not
 /// even with a compare-and-set conflict (a put whose answer was lost, retried while it is
 /// still the head, succeeds again). Both runs end with [`run`]'s checks (recovery, every
-/// acknowledged call stored, whole checkpoints, unbroken chains). Returns both reports.
+/// acknowledged call stored, whole checkpoints, unbroken chains). Last, a listing of 300
+/// checkpoints read through an outage must fail on the plain saver and, through the
+/// layer, resume: every checkpoint once, in order. Returns both runs' reports.
 pub async fn outages_are_ridden_out(
     proxy: &ChaosProxy,
     saver: Arc<dyn Saver>,
@@ -391,14 +393,106 @@ pub async fn outages_are_ridden_out(
             .await
             .map_err(|e| format!("deleting {thread} between the runs: {}", e.chain()))?;
     }
-    let retrying: Arc<dyn Saver> = Arc::new(RetryLayer::new().layer(saver));
-    let retried = run_outages(proxy, retrying, seed).await?;
+    let retrying: Arc<dyn Saver> = Arc::new(RetryLayer::new().layer(Arc::clone(&saver)));
+    let retried = run_outages(proxy, Arc::clone(&retrying), seed).await?;
     if retried.transient_errors > 0 || retried.conflicts > 0 {
         return Err(format!(
             "through a RetryLayer, calls failed during the outages: {retried}"
         ));
     }
+    listings_resume(proxy, &*saver, &*retrying).await?;
     Ok((plain, retried))
+}
+
+/// Checkpoints of the thread [`listings_resume`] lists: several pages on every backend.
+const LISTED: usize = 300;
+
+/// A listing of [`LISTED`] checkpoints read 10 at a time, with an outage after the first
+/// ten: through `plain` it must fail (an item is an error), through `retrying` it must
+/// yield the whole listing, in order, each checkpoint once.
+async fn listings_resume(
+    proxy: &ChaosProxy,
+    plain: &dyn Saver,
+    retrying: &dyn Saver,
+) -> Result<(), String> {
+    use futures::StreamExt;
+    const THREAD: &str = "listed-through-outages";
+    crate::fixtures::put_chain(plain, THREAD, "", LISTED, "listing")
+        .await
+        .map_err(|e| format!("writing the listed thread: {}", e.chain()))?;
+    let whole: Vec<String> = plain
+        .list_all(ListOptions::thread(THREAD))
+        .await
+        .map_err(|e| format!("listing without an outage: {}", e.chain()))?
+        .into_iter()
+        .map(|t| t.checkpoint.id)
+        .collect();
+    if whole.len() != LISTED {
+        return Err(format!("{} checkpoints listed of {LISTED}", whole.len()));
+    }
+    for (saver, through) in [(plain, "plain"), (retrying, "RetryLayer")] {
+        let mut listed = saver.list(ListOptions::thread(THREAD));
+        let mut ids = Vec::new();
+        let mut failed = None;
+        // The first ten, then the rest while the server is away for OUTAGE: the stream
+        // reads its next page during the outage.
+        for (i, cut) in [(10, false), (LISTED, true)] {
+            if cut {
+                proxy.refuse(true);
+                proxy.cut(Cut::Reset);
+            }
+            let read = async {
+                while ids.len() < i && failed.is_none() {
+                    match tokio::time::timeout(CALL_TIMEOUT, listed.next()).await {
+                        Ok(Some(Ok(tuple))) => ids.push(tuple.checkpoint.id),
+                        Ok(Some(Err(e))) => failed = Some(e),
+                        Ok(None) => break,
+                        Err(_) => return Err(format!("a listing ({through}) hung")),
+                    }
+                }
+                Ok(())
+            };
+            let back = async {
+                if cut {
+                    tokio::time::sleep(OUTAGE).await;
+                    proxy.refuse(false);
+                }
+            };
+            let (read, ()) = tokio::join!(read, back);
+            read?;
+        }
+        match (through, failed) {
+            ("plain", Some(e)) if e.is_transient() => {}
+            ("plain", Some(e)) => {
+                return Err(format!(
+                    "a cut listing failed with a non-transient error: {e:?}"
+                ));
+            }
+            ("plain", None) => {
+                return Err(format!(
+                    "a listing cut by an outage yielded {} of {LISTED} without an error: the \
+                     outage tests nothing",
+                    ids.len()
+                ));
+            }
+            (_, Some(e)) => {
+                return Err(format!(
+                    "through a RetryLayer, a listing cut by an outage failed after {} items: {}",
+                    ids.len(),
+                    e.chain()
+                ));
+            }
+            (_, None) if ids != whole => {
+                return Err(format!(
+                    "through a RetryLayer, a listing cut by an outage yielded {} items, not \
+                     the {LISTED} of the whole listing in order",
+                    ids.len()
+                ));
+            }
+            (_, None) => {}
+        }
+    }
+    Ok(())
 }
 
 /// [`drive`] with [`OUTAGES`] outages of [`OUTAGE`].
