@@ -26,14 +26,15 @@ async fn proxied() -> Option<(String, sqlx::postgres::PgConnectOptions, ChaosPro
     Some((url, options, proxy))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_survive_a_flaky_network_and_the_pool_heals() {
-    let Some((url, options, proxy)) = proxied().await else {
-        return;
-    };
+/// A new schema, set up directly, and a saver of it (4 connections, the default pool
+/// policy) that reaches the server only through `proxy`.
+async fn set_up_through(
+    url: &str,
+    options: sqlx::postgres::PgConnectOptions,
+    proxy: &ChaosProxy,
+) -> (String, PostgresSaver) {
     let schema = unique_schema();
-    // Set up directly, then write only through the proxy, with the default pool policy.
-    PostgresSaver::builder(&url)
+    PostgresSaver::builder(url)
         .unwrap()
         .schema(&schema)
         .connect()
@@ -47,6 +48,15 @@ async fn writes_survive_a_flaky_network_and_the_pool_heals() {
         .max_connections(4)
         .connect_lazy()
         .unwrap();
+    (schema, saver)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_survive_a_flaky_network_and_the_pool_heals() {
+    let Some((url, options, proxy)) = proxied().await else {
+        return;
+    };
+    let (schema, saver) = set_up_through(&url, options, &proxy).await;
     let report = chaos::run(&proxy, Arc::new(saver), Duration::from_secs(8), 17)
         .await
         .unwrap();
@@ -64,21 +74,7 @@ async fn a_retry_layer_rides_out_outages() {
     let Some((url, options, proxy)) = proxied().await else {
         return;
     };
-    let schema = unique_schema();
-    PostgresSaver::builder(&url)
-        .unwrap()
-        .schema(&schema)
-        .connect()
-        .await
-        .unwrap()
-        .setup()
-        .await
-        .unwrap();
-    let saver = PostgresSaverBuilder::new(options.port(proxy.port()))
-        .schema(&schema)
-        .max_connections(4)
-        .connect_lazy()
-        .unwrap();
+    let (schema, saver) = set_up_through(&url, options, &proxy).await;
     let (plain, retried) = chaos::outages_are_ridden_out(&proxy, Arc::new(saver), 23)
         .await
         .unwrap();
