@@ -45,9 +45,11 @@ use crate::{
 /// * `list` is opened again after a transient error wherever it comes, and resumes after
 ///   the last checkpoint it yielded: checkpoints with a lower id (`before`), and those
 ///   with the same id in a thread or namespace not yet yielded (the listing's ties), within
-///   what is left of `limit`. It yields what an uncut listing yields, each checkpoint once;
-///   the policy's retries are the whole stream's. `list_threads`, which takes no position
-///   to resume from, is opened again only while it has yielded nothing.
+///   what is left of `limit`. It yields what an uncut listing yields, each checkpoint once
+///   (checkpoints written meanwhile may or may not appear, as in any listing). The policy's
+///   retries count from the last checkpoint yielded, so each outage a long listing meets
+///   has them all. `list_threads`, which takes no position to resume from, is opened again
+///   only while it has yielded nothing.
 ///
 /// Each retry is logged as a `tracing` warning with the operation, the attempt, the delay
 /// and the error. Calls made again keep their arguments: `put` clones its checkpoint (its
@@ -288,11 +290,13 @@ fn reopened<S: Saver>(
 }
 
 /// `list` through a [`Retry`]: opened again after a transient error, wherever it comes, and
-/// resumed after the last checkpoint yielded (see [`Listing::reopen`]), until the policy's
-/// retries for the whole stream run out.
+/// resumed after the last checkpoint yielded (see [`Listing::reopen`]). The policy's retries
+/// are counted from the last checkpoint yielded: a listing that yields again after a retry
+/// has them all for its next outage.
 struct Listing<S> {
     inner: Arc<S>,
     options: ListOptions,
+    policy: RetryLayer,
     backoff: <ExponentialBuilder as BackoffBuilder>::Backoff,
     /// The stream being read; `None` until (re)opened.
     current: Option<BoxStream<'static, Result<CheckpointTuple>>>,
@@ -311,6 +315,7 @@ impl<S: Saver> Listing<S> {
         Self {
             inner,
             options,
+            policy,
             backoff: policy.backoff().build(),
             current: None,
             yielded: 0,
@@ -320,16 +325,24 @@ impl<S: Saver> Listing<S> {
         }
     }
 
+    /// What is left of `limit`.
+    fn remaining(&self) -> Option<usize> {
+        self.options.limit.map(|l| l.saturating_sub(self.yielded))
+    }
+
     /// The listing from where it stopped. The checkpoints not yet yielded are those with an
     /// id below the last one's (`before`, which the backend compares as it orders), and
-    /// those with the last one's id in a thread or namespace not yet yielded at that id;
+    /// those with the last one's id in a thread or namespace not yet yielded at that id
+    /// (none when the listing is of one thread and namespace, where ids are unique);
     /// `limit` counts what was yielded.
     fn reopen(&self) -> BoxStream<'static, Result<CheckpointTuple>> {
         let Some((id, seen)) = &self.last else {
             return self.inner.list(self.options.clone());
         };
-        let remaining = self.options.limit.map(|l| l.saturating_sub(self.yielded));
-        if remaining == Some(0) {
+        let remaining = self.remaining();
+        let one_namespace =
+            self.options.thread_id.is_some() && self.options.checkpoint_ns.is_some();
+        if remaining == Some(0) || (one_namespace && self.options.checkpoint_id.is_some()) {
             return stream::empty().boxed();
         }
         let mut ties = self.options.clone();
@@ -337,10 +350,17 @@ impl<S: Saver> Listing<S> {
         ties.before = None;
         ties.limit = None;
         let seen = seen.clone();
-        let ties = self.inner.list(ties).try_filter(move |t| {
-            let key = (t.config.thread_id.clone(), t.config.checkpoint_ns.clone());
-            futures::future::ready(!seen.contains(&key))
-        });
+        let ties = if one_namespace {
+            stream::empty().boxed()
+        } else {
+            self.inner
+                .list(ties)
+                .try_filter(move |t| {
+                    let key = (t.config.thread_id.clone(), t.config.checkpoint_ns.clone());
+                    futures::future::ready(!seen.contains(&key))
+                })
+                .boxed()
+        };
         let rest = if self.options.checkpoint_id.is_some() {
             stream::empty().boxed()
         } else {
@@ -382,9 +402,19 @@ impl<S: Saver> Listing<S> {
             match items.next().await {
                 Some(Ok(tuple)) => {
                     self.note(&tuple);
+                    if self.attempt > 1 {
+                        // Resumed: the next outage gets the policy's retries afresh.
+                        self.backoff = self.policy.backoff().build();
+                        self.attempt = 1;
+                    }
                     return Some(Ok(tuple));
                 }
                 None => {
+                    self.done = true;
+                    return None;
+                }
+                // Everything `limit` allows was yielded: nothing is left to read again.
+                Some(Err(e)) if retryable(&e) && self.remaining() == Some(0) => {
                     self.done = true;
                     return None;
                 }
@@ -970,15 +1000,33 @@ mod tests {
         }
         scripted.script(&[]);
 
-        // The retries are the whole stream's: each cut spends one. (A resumed listing reads
-        // the last id's ties first, which every fault here cuts.)
-        let few = exact().max_retries(2).layer(Scripted::new());
+        // The retries count from the last checkpoint yielded: a listing cut after each item
+        // completes with one retry; one that yields nothing more gives up after them.
+        let few = exact().max_retries(1).layer(Scripted::new());
         put_line(&few, "t", 5).await;
-        few.get_ref().script(&[Fault::After(1); 10]);
-        let mut listed = few.list(ListOptions::thread("t"));
+        let thread = ListOptions::thread("t").namespace("");
+        let whole: Vec<_> = few.list(thread.clone()).try_collect().await.unwrap();
+        let whole = addresses(&whole);
+        few.get_ref().script(&[Fault::After(1); 5]);
+        let resumed: Vec<_> = few.list(thread.clone()).try_collect().await.unwrap();
+        assert_eq!(addresses(&resumed), whole);
+        // A listing whose last item is met by an error it need not read past ends cleanly,
+        // with no retry to spend.
+        let none = exact().max_retries(0).layer(Scripted::new());
+        put_line(&none, "t", 5).await;
+        none.get_ref().script(&[Fault::After(3)]);
+        let limited: Vec<_> = none
+            .list(thread.clone().limit(3))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(limited.len(), 3);
+        few.get_ref()
+            .script(&[Fault::After(1), Fault::Refused, Fault::Refused]);
+        let mut listed = few.list(thread);
         assert!(listed.try_next().await.unwrap().is_some());
         let err = listed.try_next().await.unwrap_err();
-        assert_eq!(RetriesExhausted::of(&err).map(|r| r.attempts), Some(3));
+        assert_eq!(RetriesExhausted::of(&err).map(|r| r.attempts), Some(2));
         assert!(
             listed.try_next().await.unwrap().is_none(),
             "the stream ends"
