@@ -373,8 +373,9 @@ const OUTAGES: usize = 3;
 /// `RetryLayer::new()` around the same saver, on the same schedule: no call may fail, not
 /// even with a compare-and-set conflict (a put whose answer was lost, retried while it is
 /// still the head, succeeds again). Both runs end with [`run`]'s checks (recovery, every
-/// acknowledged call stored, whole checkpoints, unbroken chains). Last, a listing of 300
-/// checkpoints read through an outage must fail on the plain saver and, through the
+/// acknowledged call stored, whole checkpoints, unbroken chains). Last, listings read
+/// through an outage (a thread of 300 checkpoints; the global listing with a copy of that
+/// thread, every id a tie, with a limit) must fail on the plain saver and, through the
 /// layer, resume: every checkpoint once, in order. Returns both runs' reports.
 pub async fn outages_are_ridden_out(
     proxy: &ChaosProxy,
@@ -407,92 +408,117 @@ pub async fn outages_are_ridden_out(
 /// Checkpoints of the thread [`listings_resume`] lists: several pages on every backend.
 const LISTED: usize = 300;
 
-/// A listing of [`LISTED`] checkpoints read 10 at a time, with an outage after the first
-/// ten: through `plain` it must fail (an item is an error), through `retrying` it must
-/// yield the whole listing, in order, each checkpoint once.
+/// Listings read 10 checkpoints at a time, with an outage after the first ten: through
+/// `plain` each must fail (an item is an error), through `retrying` each must yield what
+/// the uncut listing yields, in order, each checkpoint once. The listings: a thread of
+/// [`LISTED`] checkpoints, and (where `copy_thread` is offered) the global listing with a
+/// copy of that thread beside it, whose every id is a tie of two threads, with a limit.
 async fn listings_resume(
     proxy: &ChaosProxy,
     plain: &dyn Saver,
     retrying: &dyn Saver,
 ) -> Result<(), String> {
-    use futures::StreamExt;
     const THREAD: &str = "listed-through-outages";
     crate::fixtures::put_chain(plain, THREAD, "", LISTED, "listing")
         .await
         .map_err(|e| format!("writing the listed thread: {}", e.chain()))?;
-    let whole: Vec<String> = plain
-        .list_all(ListOptions::thread(THREAD))
-        .await
-        .map_err(|e| format!("listing without an outage: {}", e.chain()))?
-        .into_iter()
-        .map(|t| t.checkpoint.id)
-        .collect();
-    if whole.len() != LISTED {
-        return Err(format!("{} checkpoints listed of {LISTED}", whole.len()));
+    let mut listings = vec![ListOptions::thread(THREAD)];
+    if plain.capabilities().copy_thread {
+        plain
+            .copy_thread(THREAD, "listed-through-outages-copy")
+            .await
+            .map_err(|e| format!("copying the listed thread: {}", e.chain()))?;
+        listings.push(ListOptions::new().limit(LISTED + LISTED / 2));
     }
-    for (saver, through) in [(plain, "plain"), (retrying, "RetryLayer")] {
-        let mut listed = saver.list(ListOptions::thread(THREAD));
-        let mut ids = Vec::new();
-        let mut failed = None;
-        // The first ten, then the rest while the server is away for OUTAGE: the stream
-        // reads its next page during the outage.
-        for (i, cut) in [(10, false), (LISTED, true)] {
-            if cut {
-                proxy.refuse(true);
-                proxy.cut(Cut::Reset);
-            }
-            let read = async {
-                while ids.len() < i && failed.is_none() {
-                    match tokio::time::timeout(CALL_TIMEOUT, listed.next()).await {
-                        Ok(Some(Ok(tuple))) => ids.push(tuple.checkpoint.id),
-                        Ok(Some(Err(e))) => failed = Some(e),
-                        Ok(None) => break,
-                        Err(_) => return Err(format!("a listing ({through}) hung")),
-                    }
-                }
-                Ok(())
-            };
-            let back = async {
-                if cut {
-                    tokio::time::sleep(OUTAGE).await;
-                    proxy.refuse(false);
-                }
-            };
-            let (read, ()) = tokio::join!(read, back);
-            read?;
+    for options in listings {
+        let whole: Vec<(String, String)> = plain
+            .list_all(options.clone())
+            .await
+            .map_err(|e| format!("listing without an outage: {}", e.chain()))?
+            .into_iter()
+            .map(|t| (t.checkpoint.id, t.config.thread_id))
+            .collect();
+        if whole.len() < LISTED {
+            return Err(format!("{} checkpoints listed of {LISTED}", whole.len()));
         }
-        match (through, failed) {
-            ("plain", Some(e)) if e.is_transient() => {}
-            ("plain", Some(e)) => {
-                return Err(format!(
-                    "a cut listing failed with a non-transient error: {e:?}"
-                ));
+        for (saver, through) in [(plain, "plain"), (retrying, "RetryLayer")] {
+            let (listed, failed) = read_through_an_outage(proxy, saver, &options).await?;
+            match (through, failed) {
+                ("plain", Some(e)) if e.is_transient() => {}
+                ("plain", Some(e)) => {
+                    return Err(format!(
+                        "a cut listing failed with a non-transient error: {e:?}"
+                    ));
+                }
+                ("plain", None) => {
+                    return Err(format!(
+                        "a listing ({options:?}) cut by an outage yielded {} of {} without \
+                         an error: the outage tests nothing",
+                        listed.len(),
+                        whole.len()
+                    ));
+                }
+                (_, Some(e)) => {
+                    return Err(format!(
+                        "through a RetryLayer, a listing ({options:?}) cut by an outage failed \
+                         after {} items: {}",
+                        listed.len(),
+                        e.chain()
+                    ));
+                }
+                (_, None) if listed != whole => {
+                    return Err(format!(
+                        "through a RetryLayer, a listing ({options:?}) cut by an outage \
+                         yielded {} items, not the {} of the uncut listing in order",
+                        listed.len(),
+                        whole.len()
+                    ));
+                }
+                (_, None) => {}
             }
-            ("plain", None) => {
-                return Err(format!(
-                    "a listing cut by an outage yielded {} of {LISTED} without an error: the \
-                     outage tests nothing",
-                    ids.len()
-                ));
-            }
-            (_, Some(e)) => {
-                return Err(format!(
-                    "through a RetryLayer, a listing cut by an outage failed after {} items: {}",
-                    ids.len(),
-                    e.chain()
-                ));
-            }
-            (_, None) if ids != whole => {
-                return Err(format!(
-                    "through a RetryLayer, a listing cut by an outage yielded {} items, not \
-                     the {LISTED} of the whole listing in order",
-                    ids.len()
-                ));
-            }
-            (_, None) => {}
         }
     }
     Ok(())
+}
+
+/// Reads a listing: ten items, then the rest while the server is away for [`OUTAGE`] (the
+/// stream reads its next page during the outage). Returns the `(id, thread)` of the items
+/// read and the error that ended it, if one did.
+async fn read_through_an_outage(
+    proxy: &ChaosProxy,
+    saver: &dyn Saver,
+    options: &ListOptions,
+) -> Result<(Vec<(String, String)>, Option<Error>), String> {
+    use futures::StreamExt;
+    let mut listed = saver.list(options.clone());
+    let mut items = Vec::new();
+    let mut failed = None;
+    for (until, cut) in [(10, false), (usize::MAX, true)] {
+        if cut {
+            proxy.refuse(true);
+            proxy.cut(Cut::Reset);
+        }
+        let read = async {
+            while items.len() < until && failed.is_none() {
+                match tokio::time::timeout(CALL_TIMEOUT, listed.next()).await {
+                    Ok(Some(Ok(t))) => items.push((t.checkpoint.id, t.config.thread_id)),
+                    Ok(Some(Err(e))) => failed = Some(e),
+                    Ok(None) => break,
+                    Err(_) => return Err(format!("a listing ({options:?}) hung")),
+                }
+            }
+            Ok(())
+        };
+        let back = async {
+            if cut {
+                tokio::time::sleep(OUTAGE).await;
+                proxy.refuse(false);
+            }
+        };
+        let (read, ()) = tokio::join!(read, back);
+        read?;
+    }
+    Ok((items, failed))
 }
 
 /// [`drive`] with [`OUTAGES`] outages of [`OUTAGE`].
