@@ -10,7 +10,6 @@
 //! client connections, so consecutive calls of one client land on different server
 //! connections and several clients share each of them.
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -40,16 +39,41 @@ enum Pooling {
     Transaction(u32),
 }
 
+/// How many ports [`PrivateBouncer::start`] tries: a port found free can be taken by another
+/// socket before PgBouncer binds it.
+const BOUNCER_PORT_TRIES: usize = 5;
+
 impl PrivateBouncer {
     /// Starts PgBouncer pooling as `pooling` says, ignoring the `options` startup parameter
-    /// as deployments that need it to accept clients configure it.
+    /// as deployments that need it to accept clients configure it. A port taken between
+    /// being found free and PgBouncer binding it (the tests' own connections use the same
+    /// ephemeral range) makes PgBouncer exit at once; it is started again on another.
     fn start(
         upstream: &sqlx::postgres::PgConnectOptions,
         pooling: Pooling,
     ) -> Result<Self, String> {
+        let mut taken = Vec::new();
+        for _ in 0..BOUNCER_PORT_TRIES {
+            let port = free_port().map_err(|e| e.to_string())?;
+            match Self::start_on(upstream, pooling, port)? {
+                Some(bouncer) => return Ok(bouncer),
+                None => taken.push(port),
+            }
+        }
+        Err(format!(
+            "PgBouncer found every port it tried taken: {taken:?}"
+        ))
+    }
+
+    /// [`start`](Self::start) on `port`: `None` if PgBouncer could not bind it.
+    fn start_on(
+        upstream: &sqlx::postgres::PgConnectOptions,
+        pooling: Pooling,
+        port: u16,
+    ) -> Result<Option<Self>, String> {
         let bin = bouncer_binary()?;
-        let port = free_port().map_err(|e| e.to_string())?;
         let dir = std::env::temp_dir().join(format!("cp-pgbouncer-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let pool = match pooling {
             Pooling::Session => "pool_mode = session\n".to_owned(),
@@ -87,16 +111,27 @@ impl PrivateBouncer {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("{}: {e}", bin.display()))?;
-        let bouncer = Self { child, dir, port };
+        let mut bouncer = Self { child, dir, port };
+        // Its own log says when it listens: a connection to the port could reach another
+        // process's socket.
+        let listening = format!("listening on 127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(15);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            let log = std::fs::read_to_string(bouncer.dir.join("log")).unwrap_or_default();
+            if let Ok(Some(status)) = bouncer.child.try_wait() {
+                if log.contains("Address already in use") {
+                    return Ok(None);
+                }
+                return Err(format!("PgBouncer exited ({status}): {log}"));
+            }
+            if log.contains(&listening) {
+                return Ok(Some(bouncer));
+            }
             if Instant::now() > deadline {
-                let log = std::fs::read_to_string(bouncer.dir.join("log")).unwrap_or_default();
                 return Err(format!("PgBouncer does not listen on {port}: {log}"));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(bouncer)
     }
 }
 
@@ -151,6 +186,26 @@ fn bouncer(
             None
         }
     }
+}
+
+#[test]
+fn a_bouncer_whose_port_was_taken_gives_it_up_at_once() {
+    let Some(url) = url_or_skip() else { return };
+    if let Err(why) = bouncer_binary() {
+        assert!(!checkpoint_conformance::servers_required(), "{why}");
+        return;
+    }
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let started = Instant::now();
+    let gave_up = PrivateBouncer::start_on(&options, Pooling::Session, port).unwrap();
+    assert!(gave_up.is_none());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 fn assert_search_path_ignored(err: &Error, schema: &str) {
