@@ -263,6 +263,7 @@ macro_rules! __for_each_clause {
             list::list_global_across_threads,
             list::list_by_checkpoint_id,
             list::list_threads_each_thread_once,
+            list::list_threads_after_continues_the_order,
             list::list_pages_through_long_history,
             list::list_matrix_matches_reference,
             extended::delete_thread_removes_all_namespaces_and_writes,

@@ -104,6 +104,29 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
         crate::backend::collected_keys(listing.map_ok(|t| t.config.thread_id).try_collect())
     }
 
+    /// The ids [`list_threads`](Saver::list_threads) yields after `after`, in its order: a
+    /// listing resumed after the last id it yielded (a [`Retry`](crate::Retry) after an
+    /// outage), or the next page of a list of threads.
+    ///
+    /// # Behavior
+    /// * The ids `list_threads` would yield that come after `after` in its order; `after`
+    ///   itself is not yielded, and need not be a thread's id (a thread deleted since, or any
+    ///   string: `""` lists every thread).
+    /// * Otherwise as `list_threads`: each thread once, threads written meanwhile may or may
+    ///   not appear, errors are yielded as stream items.
+    /// * The default implementation reads `list_threads` from the start and yields the ids
+    ///   greater than `after` in byte order, which is `list_threads`' order on a saver that
+    ///   keeps to the byte order; a saver whose order differs must override it. The
+    ///   backends of this workspace start their keyset pages at `after` (PostgreSQL compares
+    ///   with the column's collation, as its `list_threads` orders).
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        let after = after.to_owned();
+        Box::pin(
+            self.list_threads()
+                .try_filter(move |id| futures::future::ready(id.as_str() > after.as_str())),
+        )
+    }
+
     /// What a runtime needs to rebuild delta channels at a checkpoint (LangGraph's
     /// `get_delta_channel_history`; see [`delta`](crate::delta)).
     ///
@@ -404,6 +427,9 @@ macro_rules! forward_saver {
             }
             fn list_threads(&self) -> BoxStream<'static, Result<String>> {
                 (**self).list_threads()
+            }
+            fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+                (**self).list_threads_after(after)
             }
             async fn delta_channel_history(
                 &self,

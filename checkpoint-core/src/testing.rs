@@ -116,6 +116,17 @@ impl Scripted {
                 .boxed(),
         }
     }
+
+    /// `items`, whose first item comes after the scripted read delay.
+    fn delayed<T: Send + 'static>(
+        &self,
+        items: BoxStream<'static, Result<T>>,
+    ) -> BoxStream<'static, Result<T>> {
+        stream::once(tokio::time::sleep(self.read_delay))
+            .flat_map(|()| stream::empty())
+            .chain(items)
+            .boxed()
+    }
 }
 
 #[async_trait]
@@ -129,20 +140,16 @@ impl Saver for Scripted {
             .await
     }
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
-        let delay = self.read_delay;
         let items = self.streamed("list", self.inner.list(options));
-        stream::once(tokio::time::sleep(delay))
-            .flat_map(|()| stream::empty())
-            .chain(items)
-            .boxed()
+        self.delayed(items)
     }
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        let delay = self.read_delay;
         let items = self.streamed("list_threads", self.inner.list_threads());
-        stream::once(tokio::time::sleep(delay))
-            .flat_map(|()| stream::empty())
-            .chain(items)
-            .boxed()
+        self.delayed(items)
+    }
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        let items = self.streamed("list_threads_after", self.inner.list_threads_after(after));
+        self.delayed(items)
     }
     async fn delta_channel_history(
         &self,

@@ -208,6 +208,11 @@ impl<S: Saver> Saver for Timeout<S> {
         TimedStream::new(self.inner.list_threads(), "list_threads", self.limit).boxed()
     }
 
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        let threads = self.inner.list_threads_after(after);
+        TimedStream::new(threads, "list_threads_after", self.limit).boxed()
+    }
+
     async fn delta_channel_history(
         &self,
         config: &CheckpointConfig,

@@ -214,6 +214,12 @@ impl<S: Saver> Saver for Tracing<S> {
         self.inner.list_threads()
     }
 
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        let span = self.span("list_threads_after", None, None);
+        let _entered = span.enter();
+        self.inner.list_threads_after(after)
+    }
+
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
         let span = self.span(
             "list",

@@ -270,14 +270,27 @@ impl ReadSource for LangGraphMongoSource {
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        self.thread_ids(None)
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        self.thread_ids(Some(after.to_owned()))
+    }
+}
+
+impl LangGraphMongoSource {
+    /// The thread ids in BSON's string order (bytes), after `after`.
+    fn thread_ids(&self, after: Option<String>) -> BoxStream<'static, Result<String>> {
         let checkpoints = self.checkpoints.clone();
-        checkpoint_core::backend::paged_keys(1000, move |after, want| {
+        let mut first_page = true;
+        checkpoint_core::backend::paged_keys(1000, after, move |after, want| {
             let checkpoints = checkpoints.clone();
+            let first = std::mem::take(&mut first_page);
             async move {
                 // LangGraph stores a thread id as its caller gave it; one that is not a
                 // string could not be addressed (nor compared with the string cursor
                 // below, so it would silently be left out): say so before listing.
-                if after.is_none()
+                if first
                     && let Some(doc) = checkpoints
                         .find_one(doc! {"thread_id": {"$not": {"$type": "string"}}})
                         .projection(doc! {"thread_id": 1})

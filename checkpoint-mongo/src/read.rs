@@ -266,8 +266,12 @@ const THREAD_PAGE: usize = 1000;
 
 /// `list_threads`: keyset pages of the distinct `t` of the checkpoint documents (the
 /// `thread_order` index), grouped on the server; no checkpoint is read.
-pub(crate) fn list_threads(inner: Arc<Inner>) -> BoxStream<'static, Result<String>> {
-    checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
+pub(crate) fn list_threads(
+    inner: Arc<Inner>,
+    after: Option<&str>,
+) -> BoxStream<'static, Result<String>> {
+    let after = after.map(str::to_owned);
+    checkpoint_core::backend::paged_keys(THREAD_PAGE, after, move |after, want| {
         let inner = Arc::clone(&inner);
         async move {
             let want = i64::try_from(want).unwrap_or(i64::MAX);

@@ -183,7 +183,15 @@ impl Saver for MongoSaver {
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        schema::after_ready(&self.inner, read::list_threads(Arc::clone(&self.inner)))
+        schema::after_ready(
+            &self.inner,
+            read::list_threads(Arc::clone(&self.inner), None),
+        )
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        let threads = read::list_threads(Arc::clone(&self.inner), Some(after));
+        schema::after_ready(&self.inner, threads)
     }
 
     async fn put(

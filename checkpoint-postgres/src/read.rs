@@ -67,10 +67,16 @@ pub(crate) async fn get_tuple(
 /// Thread ids per `list_threads` page.
 const THREAD_PAGE: usize = 1000;
 
-/// `list_threads`: keyset pages of the primary key's thread ids.
-pub(crate) fn list_threads(inner: &Inner) -> BoxStream<'static, Result<String>> {
+/// `list_threads` (`after` `None`) and `list_threads_after`: keyset pages of the primary
+/// key's thread ids, in the column's collation. A stored id holds no NUL, so the ids after
+/// one that does are those after the part before its first NUL (exactly so in byte order).
+pub(crate) fn list_threads(
+    inner: &Inner,
+    after: Option<&str>,
+) -> BoxStream<'static, Result<String>> {
     let conns = inner.conns.clone();
-    checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
+    let after = after.map(|a| a.split('\0').next().unwrap_or_default().to_owned());
+    checkpoint_core::backend::paged_keys(THREAD_PAGE, after, move |after, want| {
         let conns = conns.clone();
         async move {
             warm!(idempotent conns, |conn| sqlx::query_scalar(sql::LIST_THREADS)

@@ -147,7 +147,11 @@ impl Saver for PostgresSaver {
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        read::list_threads(&self.inner)
+        read::list_threads(&self.inner, None)
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        read::list_threads(&self.inner, Some(after))
     }
 
     async fn put(

@@ -110,8 +110,13 @@ pub(crate) async fn delta_channel_history(
 /// `list_threads`: the threads whose checkpoint-record hash (`cp`) exists, found by a
 /// `SCAN` of the key space (every primary of a Cluster) and sorted. The hash is removed
 /// with a thread's last checkpoint and expires with its TTL, so no checkpoint is read. The
-/// ids are held in memory (a few dozen bytes per thread) to drop `SCAN`'s repeats.
-pub(crate) fn list_threads(inner: Arc<Inner>) -> BoxStream<'static, Result<String>> {
+/// ids are held in memory (a few dozen bytes per thread) to drop `SCAN`'s repeats; with
+/// `after` (`list_threads_after`), only those greater than it in byte order.
+pub(crate) fn list_threads(
+    inner: Arc<Inner>,
+    after: Option<&str>,
+) -> BoxStream<'static, Result<String>> {
+    let after = after.map(str::to_owned);
     checkpoint_core::backend::collected_keys(async move {
         let keys = inner
             .link
@@ -120,6 +125,7 @@ pub(crate) fn list_threads(inner: Arc<Inner>) -> BoxStream<'static, Result<Strin
         Ok(keys
             .iter()
             .filter_map(|k| inner.layout.thread_of_records_key(k))
+            .filter(|t| after.as_deref().is_none_or(|a| t.as_str() > a))
             .collect())
     })
 }

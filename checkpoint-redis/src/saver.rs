@@ -102,7 +102,11 @@ impl Saver for RedisSaver {
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        read::list_threads(Arc::clone(&self.inner))
+        read::list_threads(Arc::clone(&self.inner), None)
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        read::list_threads(Arc::clone(&self.inner), Some(after))
     }
 
     async fn put(

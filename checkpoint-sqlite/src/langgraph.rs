@@ -255,8 +255,19 @@ impl ReadSource for LangGraphSqliteSource {
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
+        self.thread_ids(None)
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        self.thread_ids(Some(after.to_owned()))
+    }
+}
+
+impl LangGraphSqliteSource {
+    /// The file's thread ids in byte order (the column's `BINARY` collation), after `after`.
+    fn thread_ids(&self, after: Option<String>) -> BoxStream<'static, Result<String>> {
         let pool = self.pool.clone();
-        checkpoint_core::backend::paged_keys(1000, move |after, want| {
+        checkpoint_core::backend::paged_keys(1000, after, move |after, want| {
             let pool = pool.clone();
             async move {
                 sqlx::query_scalar(

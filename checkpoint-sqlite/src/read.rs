@@ -118,9 +118,14 @@ struct ListState {
 /// Thread ids per `list_threads` page.
 const THREAD_PAGE: usize = 1000;
 
-/// `list_threads`: keyset pages of the primary key's thread ids (expired threads skipped).
-pub(crate) fn list_threads(inner: Arc<Inner>) -> BoxStream<'static, Result<String>> {
-    checkpoint_core::backend::paged_keys(THREAD_PAGE, move |after, want| {
+/// `list_threads` (`after` `None`) and `list_threads_after`: keyset pages of the primary
+/// key's thread ids in byte order (expired threads skipped).
+pub(crate) fn list_threads(
+    inner: Arc<Inner>,
+    after: Option<&str>,
+) -> BoxStream<'static, Result<String>> {
+    let after = after.map(str::to_owned);
+    checkpoint_core::backend::paged_keys(THREAD_PAGE, after, move |after, want| {
         let inner = Arc::clone(&inner);
         async move {
             warm!(inner.reader, |conn| sqlx::query_scalar(

@@ -135,7 +135,11 @@ impl Saver for SqliteSaver {
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        read::list_threads(Arc::clone(&self.inner))
+        read::list_threads(Arc::clone(&self.inner), None)
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        read::list_threads(Arc::clone(&self.inner), Some(after))
     }
 
     async fn delta_channel_history(

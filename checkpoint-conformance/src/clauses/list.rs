@@ -451,3 +451,38 @@ pub async fn list_threads_each_thread_once(f: &dyn SaverFactory) {
     let none: Vec<String> = empty.list_threads().try_collect().await.unwrap();
     assert!(none.is_empty(), "{none:?}");
 }
+
+/// `list_threads_after`: the ids `list_threads` yields after the one given, in the same
+/// order, whether it names a thread, a deleted one, or none (any string: `""` starts
+/// before every id, one with a NUL or of 1 MB is compared as it is).
+pub async fn list_threads_after_continues_the_order(f: &dyn SaverFactory) {
+    use futures::TryStreamExt;
+    let s = build(f).await;
+    put_chain(&*s, "t-b", "", 2, "r").await.unwrap();
+    put_chain(&*s, "t-a", "child:1", 1, "r").await.unwrap();
+    put_chain(&*s, "t-ü", "", 1, "r").await.unwrap();
+    put_chain(&*s, "t-gone", "", 1, "r").await.unwrap();
+    s.delete_thread("t-gone").await.unwrap();
+    let all: Vec<String> = s.list_threads().try_collect().await.unwrap();
+    assert_eq!(all, ["t-a", "t-b", "t-ü"]);
+    let after = |id: String| {
+        let s = std::sync::Arc::clone(&s);
+        async move {
+            let ids: Vec<String> = s.list_threads_after(&id).try_collect().await.unwrap();
+            ids
+        }
+    };
+    for (i, id) in all.iter().enumerate() {
+        assert_eq!(after(id.clone()).await, all[i + 1..], "after {id:?}");
+    }
+    assert_eq!(after(String::new()).await, all);
+    assert_eq!(after("t-c".into()).await, ["t-ü"], "between two threads");
+    assert_eq!(after("t-gone".into()).await, ["t-ü"], "a deleted thread");
+    assert_eq!(after("t-a\0z".into()).await, ["t-b", "t-ü"], "with a NUL");
+    assert_eq!(
+        after(format!("t-b{}", "x".repeat(1 << 20))).await,
+        ["t-ü"],
+        "1 MB"
+    );
+    assert!(after("t-üü".into()).await.is_empty());
+}

@@ -94,38 +94,44 @@ where
     .boxed()
 }
 
-/// Builds the stream [`Saver::list_threads`](crate::Saver::list_threads) returns from a
+/// Builds the stream [`Saver::list_threads`](crate::Saver::list_threads) (`after` `None`)
+/// or [`Saver::list_threads_after`](crate::Saver::list_threads_after) returns from a
 /// keyset page fetcher: `fetch(after, want)` returns up to `want` keys greater than `after`
-/// (`None`: from the start), ascending. The stream asks for the next page when the previous
-/// one is consumed, and ends after a page shorter than asked for, or after yielding the
-/// first error.
+/// (`None`: from the start), ascending. The first page starts after `after`; the stream
+/// asks for the next page when the previous one is consumed, and ends after a page shorter
+/// than asked for, or after yielding the first error.
 ///
 /// ```
 /// use checkpoint_core::backend::paged_keys;
 /// use futures::TryStreamExt;
 /// # futures::executor::block_on(async {
 /// let store = ["a", "b", "c", "d", "e"];
-/// let keys: Vec<String> = paged_keys(2, move |after, want| async move {
+/// let fetch = move |after: Option<String>, want| async move {
 ///     Ok(store
 ///         .iter()
 ///         .filter(|k| after.as_deref().is_none_or(|a| **k > a))
 ///         .take(want)
 ///         .map(|k| k.to_string())
 ///         .collect())
-/// })
-/// .try_collect()
-/// .await?;
+/// };
+/// let keys: Vec<String> = paged_keys(2, None, fetch).try_collect().await?;
 /// assert_eq!(keys, ["a", "b", "c", "d", "e"]);
+/// let rest: Vec<String> = paged_keys(2, Some("b".into()), fetch).try_collect().await?;
+/// assert_eq!(rest, ["c", "d", "e"]);
 /// # Ok::<_, checkpoint_core::Error>(()) }).unwrap();
 /// ```
-pub fn paged_keys<F, Fut>(page_size: usize, fetch: F) -> BoxStream<'static, Result<String>>
+pub fn paged_keys<F, Fut>(
+    page_size: usize,
+    after: Option<String>,
+    fetch: F,
+) -> BoxStream<'static, Result<String>>
 where
     F: FnMut(Option<String>, usize) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Vec<String>>> + Send + 'static,
 {
     let page_size = page_size.max(1);
     // (fetcher, the last key yielded, buffered keys, whether the last page was short)
-    let state = (fetch, None::<String>, VecDeque::<String>::new(), false);
+    let state = (fetch, after, VecDeque::<String>::new(), false);
     stream::unfold(
         state,
         move |(mut fetch, mut after, mut buffer, mut done)| async move {

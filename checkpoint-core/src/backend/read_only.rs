@@ -27,6 +27,17 @@ pub trait ReadSource: std::fmt::Debug + Send + Sync + 'static {
 
     /// As [`Saver::list_threads`].
     fn list_threads(&self) -> BoxStream<'static, Result<String>>;
+
+    /// As [`Saver::list_threads_after`], whose default (ids greater than `after` in byte
+    /// order) this is too.
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        use futures::TryStreamExt;
+        let after = after.to_owned();
+        Box::pin(
+            self.list_threads()
+                .try_filter(move |id| futures::future::ready(id.as_str() > after.as_str())),
+        )
+    }
 }
 
 /// A [`ReadSource`] as a [`Saver`], so every tool that reads a saver (listing, inspecting,
@@ -76,6 +87,10 @@ impl<S: ReadSource> Saver for ReadOnly<S> {
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
         self.0.list_threads()
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        self.0.list_threads_after(after)
     }
 
     async fn put(

@@ -143,6 +143,19 @@ impl InMemorySaver {
         }
         total
     }
+
+    /// The ids of the threads holding a checkpoint, ascending, after `after` if given.
+    fn thread_ids(&self, after: Option<&str>) -> BoxStream<'static, Result<String>> {
+        let mut ids: Vec<String> = self
+            .read()
+            .threads
+            .iter()
+            .filter(|(id, t)| !t.by_id.is_empty() && after.is_none_or(|a| id.as_str() > a))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        Box::pin(futures::stream::iter(ids.into_iter().map(Ok)))
+    }
 }
 
 #[async_trait]
@@ -208,18 +221,11 @@ impl Saver for InMemorySaver {
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        let store = Arc::clone(&self.store);
-        let mut ids: Vec<String> = {
-            let store = live_read(&store);
-            store
-                .threads
-                .iter()
-                .filter(|(_, t)| !t.by_id.is_empty())
-                .map(|(id, _)| id.clone())
-                .collect()
-        };
-        ids.sort();
-        Box::pin(futures::stream::iter(ids.into_iter().map(Ok)))
+        self.thread_ids(None)
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        self.thread_ids(Some(after))
     }
 
     async fn put(

@@ -128,6 +128,12 @@ async fn live_langgraph_database() {
     let saver = ReadOnly::new(source.clone());
     let threads: Vec<String> = saver.list_threads().try_collect().await.unwrap();
     assert_eq!(threads, ["paused", "resumed"]);
+    let rest: Vec<String> = saver
+        .list_threads_after("paused")
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(rest, ["resumed"]);
     let err = saver
         .put(
             &CheckpointConfig::new("paused"),
@@ -181,6 +187,13 @@ async fn live_langgraph_database() {
         .unwrap();
     let err = saver
         .list_threads()
+        .try_collect::<Vec<String>>()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+    // Also when the listing starts after an id (a resumed or paged one).
+    let err = saver
+        .list_threads_after("paused")
         .try_collect::<Vec<String>>()
         .await
         .unwrap_err();

@@ -502,6 +502,10 @@ impl<S: Saver> Saver for SanitizeOnLoad<S> {
         self.inner.list_threads()
     }
 
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        self.inner.list_threads_after(after)
+    }
+
     async fn put(
         &self,
         config: &CheckpointConfig,

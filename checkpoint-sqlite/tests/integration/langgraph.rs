@@ -68,6 +68,15 @@ async fn langgraph_fixture_reads_exactly() {
 
     assert_reads_like_langgraph(&source, expected).await;
     assert_eq!(source.threads().await.unwrap(), ["paused", "resumed"]);
+    let saver = checkpoint_core::backend::ReadOnly::new(source.clone());
+    let listed: Vec<String> = saver.list_threads().try_collect().await.unwrap();
+    assert_eq!(listed, ["paused", "resumed"]);
+    let rest: Vec<String> = saver
+        .list_threads_after("paused")
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(rest, ["resumed"]);
 
     // The paused thread's latest checkpoint holds LangGraph's interrupt.
     let paused = source
