@@ -48,8 +48,8 @@ use crate::{
 ///   what is left of `limit`. It yields what an uncut listing yields, each checkpoint once
 ///   (checkpoints written meanwhile may or may not appear, as in any listing). The policy's
 ///   retries count from the last checkpoint yielded, so each outage a long listing meets
-///   has them all. `list_threads`, which takes no position to resume from, is opened again
-///   only while it has yielded nothing.
+///   has them all. `list_threads` and `list_threads_after` resume the same way, after the
+///   last id yielded ([`Saver::list_threads_after`]).
 ///
 /// Each retry is logged as a `tracing` warning with the operation, the attempt, the delay
 /// and the error. Calls made again keep their arguments: `put` clones its checkpoint (its
@@ -264,70 +264,166 @@ impl std::error::Error for RetriesExhausted {
     }
 }
 
-/// `list_threads` opened again while its first item is a transient error (it takes no
-/// position to resume from).
-fn reopened<S: Saver>(
-    inner: &Arc<S>,
-    policy: RetryLayer,
-    operation: &'static str,
-) -> BoxStream<'static, Result<String>> {
-    let inner = Arc::clone(inner);
-    let opened = async move {
-        let first = retried(policy, operation, || {
-            let mut items = inner.list_threads();
-            async move {
-                match items.next().await {
-                    Some(Err(e)) => Err(e),
-                    Some(Ok(item)) => Ok(stream::once(async { Ok(item) }).chain(items).boxed()),
-                    None => Ok(stream::empty().boxed()),
-                }
-            }
-        })
-        .await;
-        first.unwrap_or_else(|e| stream::once(async { Err(e) }).boxed())
-    };
-    stream::once(opened).flatten().boxed()
+/// Where a stream read through a [`Retry`] stopped, and how to open it again from there.
+trait Cursor: Send + 'static {
+    type Item: Send + 'static;
+
+    /// The operation, for the retry warnings.
+    fn operation(&self) -> &'static str;
+
+    /// The stream from where it stopped: from its start until an item was noted.
+    fn reopen(&self) -> BoxStream<'static, Result<Self::Item>>;
+
+    /// Notes an item yielded.
+    fn note(&mut self, item: &Self::Item);
+
+    /// Whether everything the stream may yield was yielded (a `list`'s `limit`).
+    fn exhausted(&self) -> bool {
+        false
+    }
 }
 
-/// `list` through a [`Retry`]: opened again after a transient error, wherever it comes, and
-/// resumed after the last checkpoint yielded (see [`Listing::reopen`]). The policy's retries
-/// are counted from the last checkpoint yielded: a listing that yields again after a retry
-/// has them all for its next outage.
-struct Listing<S> {
-    inner: Arc<S>,
-    options: ListOptions,
+/// A stream through a [`Retry`]: opened again after a transient error, wherever it comes,
+/// from where its [`Cursor`] says it stopped. The policy's retries are counted from the
+/// last item yielded: a stream that yields again after a retry has them all for its next
+/// outage.
+struct Resumed<C: Cursor> {
+    cursor: C,
     policy: RetryLayer,
     backoff: <ExponentialBuilder as BackoffBuilder>::Backoff,
     /// The stream being read; `None` until (re)opened.
-    current: Option<BoxStream<'static, Result<CheckpointTuple>>>,
+    current: Option<BoxStream<'static, Result<C::Item>>>,
+    attempt: u32,
+    done: bool,
+}
+
+impl<C: Cursor> Resumed<C> {
+    fn stream(cursor: C, policy: RetryLayer) -> BoxStream<'static, Result<C::Item>> {
+        let resumed = Self {
+            cursor,
+            policy,
+            backoff: policy.backoff().build(),
+            current: None,
+            attempt: 1,
+            done: false,
+        };
+        stream::unfold(resumed, |mut resumed| async move {
+            let item = resumed.next_item().await?;
+            Some((item, resumed))
+        })
+        .boxed()
+    }
+
+    async fn next_item(&mut self) -> Option<Result<C::Item>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let items = match &mut self.current {
+                Some(items) => items,
+                None => self.current.insert(self.cursor.reopen()),
+            };
+            match items.next().await {
+                Some(Ok(item)) => {
+                    self.cursor.note(&item);
+                    if self.attempt > 1 {
+                        // Resumed: the next outage gets the policy's retries afresh.
+                        self.backoff = self.policy.backoff().build();
+                        self.attempt = 1;
+                    }
+                    return Some(Ok(item));
+                }
+                None => {
+                    self.done = true;
+                    return None;
+                }
+                // Everything the stream may yield was yielded: nothing is left to read again.
+                Some(Err(e)) if retryable(&e) && self.cursor.exhausted() => {
+                    self.done = true;
+                    return None;
+                }
+                Some(Err(e)) if retryable(&e) => match self.backoff.next() {
+                    Some(delay) => {
+                        warn_retry(self.cursor.operation(), self.attempt, delay, &e);
+                        self.attempt += 1;
+                        self.current = None;
+                        tokio::time::sleep(delay).await;
+                    }
+                    None => {
+                        self.done = true;
+                        return Some(Err(gave_up(e, self.attempt)));
+                    }
+                },
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// Where a `list_threads` stopped: after the last id it yielded, which
+/// [`Saver::list_threads_after`] resumes from in the saver's own order.
+struct ThreadCursor<S> {
+    inner: Arc<S>,
+    operation: &'static str,
+    /// The last id yielded (or the `after` the listing started from).
+    last: Option<String>,
+}
+
+impl<S: Saver> Cursor for ThreadCursor<S> {
+    type Item = String;
+
+    fn operation(&self) -> &'static str {
+        self.operation
+    }
+
+    fn reopen(&self) -> BoxStream<'static, Result<String>> {
+        match &self.last {
+            None => self.inner.list_threads(),
+            Some(after) => self.inner.list_threads_after(after),
+        }
+    }
+
+    fn note(&mut self, id: &String) {
+        self.last = Some(id.clone());
+    }
+}
+
+/// Where a `list` stopped (see [`reopen`](Cursor::reopen)).
+struct ListCursor<S> {
+    inner: Arc<S>,
+    options: ListOptions,
     /// Checkpoints yielded so far.
     yielded: usize,
     /// The id of the last checkpoint yielded, and the `(thread, namespace)` of every
     /// checkpoint with that id yielded (the listing orders by id; ties are several threads
     /// or namespaces).
     last: Option<(String, HashSet<(String, String)>)>,
-    attempt: u32,
-    done: bool,
 }
 
-impl<S: Saver> Listing<S> {
-    fn new(inner: Arc<S>, options: ListOptions, policy: RetryLayer) -> Self {
+impl<S> ListCursor<S> {
+    fn new(inner: Arc<S>, options: ListOptions) -> Self {
         Self {
             inner,
             options,
-            policy,
-            backoff: policy.backoff().build(),
-            current: None,
             yielded: 0,
             last: None,
-            attempt: 1,
-            done: false,
         }
     }
 
     /// What is left of `limit`.
     fn remaining(&self) -> Option<usize> {
         self.options.limit.map(|l| l.saturating_sub(self.yielded))
+    }
+}
+
+impl<S: Saver> Cursor for ListCursor<S> {
+    type Item = CheckpointTuple;
+
+    fn operation(&self) -> &'static str {
+        "list"
     }
 
     /// The listing from where it stopped. The checkpoints not yet yielded are those with an
@@ -390,52 +486,8 @@ impl<S: Saver> Listing<S> {
         }
     }
 
-    async fn next_item(&mut self) -> Option<Result<CheckpointTuple>> {
-        loop {
-            if self.done {
-                return None;
-            }
-            let items = match &mut self.current {
-                Some(items) => items,
-                None => self.current.insert(self.reopen()),
-            };
-            match items.next().await {
-                Some(Ok(tuple)) => {
-                    self.note(&tuple);
-                    if self.attempt > 1 {
-                        // Resumed: the next outage gets the policy's retries afresh.
-                        self.backoff = self.policy.backoff().build();
-                        self.attempt = 1;
-                    }
-                    return Some(Ok(tuple));
-                }
-                None => {
-                    self.done = true;
-                    return None;
-                }
-                // Everything `limit` allows was yielded: nothing is left to read again.
-                Some(Err(e)) if retryable(&e) && self.remaining() == Some(0) => {
-                    self.done = true;
-                    return None;
-                }
-                Some(Err(e)) if retryable(&e) => match self.backoff.next() {
-                    Some(delay) => {
-                        warn_retry("list", self.attempt, delay, &e);
-                        self.attempt += 1;
-                        self.current = None;
-                        tokio::time::sleep(delay).await;
-                    }
-                    None => {
-                        self.done = true;
-                        return Some(Err(gave_up(e, self.attempt)));
-                    }
-                },
-                Some(Err(e)) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-        }
+    fn exhausted(&self) -> bool {
+        self.remaining() == Some(0)
     }
 }
 
@@ -450,16 +502,26 @@ impl<S: Saver> Saver for Retry<S> {
     }
 
     fn list(&self, options: ListOptions) -> BoxStream<'static, Result<CheckpointTuple>> {
-        let listing = Listing::new(Arc::clone(&self.inner), options, self.policy);
-        stream::unfold(listing, |mut listing| async move {
-            let item = listing.next_item().await?;
-            Some((item, listing))
-        })
-        .boxed()
+        let cursor = ListCursor::new(Arc::clone(&self.inner), options);
+        Resumed::stream(cursor, self.policy)
     }
 
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
-        reopened(&self.inner, self.policy, "list_threads")
+        let cursor = ThreadCursor {
+            inner: Arc::clone(&self.inner),
+            operation: "list_threads",
+            last: None,
+        };
+        Resumed::stream(cursor, self.policy)
+    }
+
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        let cursor = ThreadCursor {
+            inner: Arc::clone(&self.inner),
+            operation: "list_threads_after",
+            last: Some(after.to_owned()),
+        };
+        Resumed::stream(cursor, self.policy)
     }
 
     async fn delta_channel_history(
@@ -1042,32 +1104,57 @@ mod tests {
     /// `list_threads` takes no position to resume from: it is opened again while it has
     /// yielded nothing, and an error after its first id ends it.
     #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn list_threads_is_opened_again_only_until_its_first_id() {
-        let saver = exact().layer(Scripted::new());
+    async fn list_threads_resume_after_the_last_id_yielded() {
+        let saver = exact().max_retries(3).layer(Scripted::new());
         let scripted = saver.get_ref();
-        put_line(&saver, "t", 1).await;
-        put_line(&saver, "u", 1).await;
+        for thread in ["a", "b", "c", "d"] {
+            put_line(&saver, thread, 1).await;
+        }
 
         scripted.script(&[Fault::Refused, Fault::Refused]);
         let all: Vec<String> = saver.list_threads().try_collect().await.unwrap();
-        assert_eq!(all, ["t", "u"]);
+        assert_eq!(all, ["a", "b", "c", "d"]);
         assert_eq!(scripted.calls(), ["list_threads"; 3]);
 
-        scripted.script(&[Fault::After(1)]);
-        let mut listed = saver.list_threads();
-        assert!(listed.try_next().await.unwrap().is_some());
-        assert!(listed.try_next().await.unwrap_err().is_transient());
-        assert!(
-            listed.try_next().await.unwrap().is_none(),
-            "the stream ends"
+        // Cut after one id, then after two more: each reopening starts after the last id.
+        scripted.script(&[Fault::After(1), Fault::After(2)]);
+        let all: Vec<String> = saver.list_threads().try_collect().await.unwrap();
+        assert_eq!(all, ["a", "b", "c", "d"]);
+        assert_eq!(
+            scripted.calls(),
+            ["list_threads", "list_threads_after", "list_threads_after"]
         );
-        assert_eq!(scripted.calls(), ["list_threads"], "not opened again");
 
+        // A thread deleted while the listing was cut: the rest still comes.
+        scripted.script(&[Fault::After(2)]);
+        let mut listed = saver.list_threads();
+        assert_eq!(listed.try_next().await.unwrap().as_deref(), Some("a"));
+        assert_eq!(listed.try_next().await.unwrap().as_deref(), Some("b"));
+        saver.delete_thread("b").await.unwrap();
+        let rest: Vec<String> = listed.try_collect().await.unwrap();
+        assert_eq!(rest, ["c", "d"]);
+
+        // Resumed from a position of the caller's, cut too.
+        scripted.script(&[Fault::After(1)]);
+        let rest: Vec<String> = saver.list_threads_after("a").try_collect().await.unwrap();
+        assert_eq!(rest, ["c", "d"]);
+
+        // Every outage gets the policy's 3 retries afresh (6 are made in all), and errors
+        // that are not transient end the stream at once.
+        scripted.script(&[
+            Fault::After(1),
+            Fault::Refused,
+            Fault::Refused,
+            Fault::After(1),
+            Fault::Refused,
+            Fault::Refused,
+        ]);
+        let all: Vec<String> = saver.list_threads().try_collect().await.unwrap();
+        assert_eq!(all, ["a", "c", "d"]);
         scripted.script(&[Fault::Rejected]);
         let mut listed = saver.list_threads();
         let err = listed.try_next().await.unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
         assert!(listed.try_next().await.unwrap().is_none());
-        assert_eq!(scripted.calls(), ["list_threads"]);
     }
 }
