@@ -12,6 +12,7 @@ use checkpoint_core::{
     Capabilities, CheckpointConfig, Error, ListOptions, PruneStrategy, PutOptions,
     PutWritesOptions, Result, RetryLayer, Saver, ThreadTtl, TypedValue,
 };
+use futures::StreamExt;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -655,6 +656,28 @@ impl NativeSaver {
             lister.list(options),
             self.recipe.calls.timeout,
         ))
+    }
+
+    /// A cursor over the ids of the threads holding a checkpoint, ascending as the backend
+    /// orders them, after `after` if given, at most `limit` of them.
+    #[pyo3(signature = (after, limit))]
+    fn list_threads(
+        &self,
+        py: Python<'_>,
+        after: Option<String>,
+        limit: Option<usize>,
+    ) -> PyResult<TupleStream> {
+        let lister = self.with_opened(py, |o| Arc::clone(&o.lister))?;
+        let _guard = runtime()?.enter();
+        let threads = match &after {
+            None => lister.list_threads(),
+            Some(after) => lister.list_threads_after(after),
+        };
+        let threads = match limit {
+            Some(n) => threads.take(n).boxed(),
+            None => threads,
+        };
+        Ok(TupleStream::threads(threads, self.recipe.calls.timeout))
     }
 
     /// Creates the backend's tables or indexes where they are missing (idempotent).

@@ -1,10 +1,11 @@
-//! `list` as a cursor Python pulls batches from, synchronously or awaiting.
+//! `list` and `list_threads` as cursors Python pulls batches from, synchronously or
+//! awaiting.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use checkpoint_core::{BoxStream, CheckpointTuple, Error, Result, TimedOut};
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use pyo3::prelude::*;
 use tokio::sync::Mutex;
 
@@ -12,8 +13,25 @@ use crate::convert::tuple_to_py;
 use crate::errors::{closed_error, to_py};
 use crate::runtime::{block_on, future_into_py, process_id, runtime};
 
+/// An item of a listing: a tuple of `list`, an id of `list_threads`.
+pub(crate) enum Listed {
+    Tuple(Box<CheckpointTuple>),
+    Thread(String),
+}
+
+impl Listed {
+    fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match self {
+            Self::Tuple(t) => tuple_to_py(py, t),
+            Self::Thread(id) => Ok(id.into_pyobject(py)?.into_any().unbind()),
+        }
+    }
+}
+
 struct Cursor {
-    stream: BoxStream<'static, Result<CheckpointTuple>>,
+    stream: BoxStream<'static, Result<Listed>>,
+    /// The listing, for the error of a batch that timed out.
+    operation: &'static str,
     /// How long a batch may wait for its first tuple (the saver's `timeout` option). Only
     /// that wait counts: the tuples a batch takes without waiting may start the next
     /// page's fetch, which then goes on only while a batch waits for it.
@@ -39,24 +57,47 @@ impl Drop for Cursor {
     }
 }
 
-/// The tuples of one `list` call, newest first, fetched page by page as they are pulled.
+/// The tuples of one `list` call (newest first) or the ids of one `list_threads` call,
+/// fetched page by page as they are pulled.
 #[pyclass(frozen, module = "checkpoint_rs._native")]
 pub(crate) struct TupleStream {
     /// The process that started the `list`: its page fetches run on that process's
     /// connections, which a forked child cannot use.
     started_by: u32,
+    /// `list` or `list_threads`.
+    operation: &'static str,
     cursor: Arc<Mutex<Cursor>>,
 }
 
 impl TupleStream {
+    /// The tuples of `stream`, each batch waiting at most `limit` for its first one.
     pub(crate) fn new(
         stream: BoxStream<'static, Result<CheckpointTuple>>,
         limit: Option<Duration>,
     ) -> Self {
+        let tuples = stream.map_ok(|t| Listed::Tuple(Box::new(t)));
+        Self::of("list", tuples.boxed(), limit)
+    }
+
+    /// The thread ids of `stream`, as [`new`](Self::new).
+    pub(crate) fn threads(
+        stream: BoxStream<'static, Result<String>>,
+        limit: Option<Duration>,
+    ) -> Self {
+        Self::of("list_threads", stream.map_ok(Listed::Thread).boxed(), limit)
+    }
+
+    fn of(
+        operation: &'static str,
+        stream: BoxStream<'static, Result<Listed>>,
+        limit: Option<Duration>,
+    ) -> Self {
         Self {
             started_by: process_id(),
+            operation,
             cursor: Arc::new(Mutex::new(Cursor {
                 stream,
+                operation,
                 limit,
                 failed: None,
                 done: false,
@@ -65,9 +106,9 @@ impl TupleStream {
     }
 }
 
-/// Waits for the next tuple, then takes up to `max - 1` more that are ready without waiting
+/// Waits for the next item, then takes up to `max - 1` more that are ready without waiting
 /// (the rest of a fetched page). Empty: the stream is over.
-async fn next_batch(cursor: Arc<Mutex<Cursor>>, max: usize) -> Result<Vec<CheckpointTuple>> {
+async fn next_batch(cursor: Arc<Mutex<Cursor>>, max: usize) -> Result<Vec<Listed>> {
     let mut cursor = cursor.lock().await;
     if let Some(err) = cursor.failed.take() {
         return Err(err);
@@ -87,7 +128,7 @@ async fn next_batch(cursor: Arc<Mutex<Cursor>>, max: usize) -> Result<Vec<Checkp
                 return Err(Error::Unavailable {
                     backend: "saver",
                     source: Box::new(TimedOut {
-                        operation: "list",
+                        operation: cursor.operation,
                         limit,
                     }),
                 });
@@ -119,8 +160,8 @@ async fn next_batch(cursor: Arc<Mutex<Cursor>>, max: usize) -> Result<Vec<Checkp
     Ok(batch)
 }
 
-fn batch_to_py(py: Python<'_>, batch: &[CheckpointTuple]) -> PyResult<Vec<Py<PyAny>>> {
-    batch.iter().map(|t| tuple_to_py(py, t)).collect()
+fn batch_to_py(py: Python<'_>, batch: &[Listed]) -> PyResult<Vec<Py<PyAny>>> {
+    batch.iter().map(|item| item.to_py(py)).collect()
 }
 
 impl TupleStream {
@@ -130,9 +171,10 @@ impl TupleStream {
         if started_by == process_id() {
             return Ok(Arc::clone(&self.cursor));
         }
+        let operation = self.operation;
         Err(closed_error(&format!(
-            "this list iterator was started by process {started_by}, which forked this one; \
-             call list() again in this process"
+            "this {operation} iterator was started by process {started_by}, which forked this \
+             one; call {operation}() again in this process"
         )))
     }
 }

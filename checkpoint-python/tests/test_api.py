@@ -74,6 +74,34 @@ def test_sync_api_round_trip_and_long_lists(kind, make_store) -> None:
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
+async def test_list_threads_pages_through_the_thread_ids(kind, make_store) -> None:
+    saver = make_store(kind).saver()
+    ids = [f"t-{i:03d}" for i in range(150)]
+    for thread_id in reversed(ids):
+        put_chain(saver, thread_id, 1)
+    # More than two batches of the stream, ascending.
+    assert list(saver.list_threads()) == ids
+    assert list(saver.list_threads(limit=10)) == ids[:10]
+    assert list(saver.list_threads(limit=0)) == []
+    pages, after = [], None
+    while page := list(saver.list_threads(after=after, limit=40)):
+        pages.append(page)
+        after = page[-1]
+    assert [len(p) for p in pages] == [40, 40, 40, 30]
+    assert [t for p in pages for t in p] == ids
+    # After a thread deleted since, or any string.
+    saver.delete_thread("t-001")
+    assert list(saver.list_threads(after="t-001", limit=1)) == ["t-002"]
+    assert list(saver.list_threads(after="t-0005", limit=2)) == ["t-002", "t-003"]
+    assert list(saver.list_threads(after="")) == ids[:1] + ids[2:]
+    assert [t async for t in saver.alist_threads(after="t-147")] == ["t-148", "t-149"]
+    assert [t async for t in saver.alist_threads(limit=2)] == ["t-000", "t-002"]
+    for bad in [{"limit": -1}, {"limit": 1.5}, {"limit": True}, {"after": 5}]:
+        with pytest.raises(errors.InvalidInputError):
+            list(saver.list_threads(**bad))
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
 async def test_delta_history_matches_langgraphs_default_walk(kind, make_store) -> None:
     saver = make_store(kind).saver()
     ids = put_chain(saver, "delta", 12)

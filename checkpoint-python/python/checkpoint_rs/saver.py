@@ -108,6 +108,18 @@ def _retries(retries: Any) -> int:
     return retries
 
 
+def _threads_args(after: Any, limit: Any) -> tuple[str | None, int | None]:
+    """The arguments of ``list_threads``: a string or ``None``, a whole number from 0 or
+    ``None``."""
+    if after is not None and not isinstance(after, str):
+        raise errors.InvalidInputError(f"after is a thread id, a string; got {after!r}")
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+    ):
+        raise errors.InvalidInputError(f"limit is a whole number from 0; got {limit!r}")
+    return after, limit
+
+
 def _positive(value: Any, what: str, unit: str) -> float:
     """``value``, a number of ``unit``, as a float: positive and finite, or an
     ``InvalidInputError`` naming ``what``."""
@@ -735,6 +747,15 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
     ) -> None:
         self._native.put_writes(*self._writes_args(config, writes, task_id, task_path), True)
 
+    def list_threads(self, *, after: str | None = None, limit: int | None = None) -> Iterator[str]:
+        """The ids of the threads holding a checkpoint, ascending as the store orders them
+        (byte order; PostgreSQL: the column's collation), read from an index page by page:
+        no checkpoint is read. With ``after``, only the ids after it (the next page of a
+        list: pass the last id of the previous one); with ``limit``, at most that many."""
+        stream = self._native.list_threads(*_threads_args(after, limit))
+        while batch := stream.next_batch(_LIST_BATCH):
+            yield from batch
+
     def delete_thread(self, thread_id: str) -> None:
         self._native.delete_thread(str(thread_id), True)
 
@@ -813,6 +834,15 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
         await self._native.put_writes(
             *self._writes_args(config, writes, task_id, task_path), False
         )
+
+    async def alist_threads(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> AsyncIterator[str]:
+        """As ``list_threads``, awaiting each page."""
+        stream = self._native.list_threads(*_threads_args(after, limit))
+        while batch := await stream.anext_batch(_LIST_BATCH):
+            for thread_id in batch:
+                yield thread_id
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._native.delete_thread(str(thread_id), False)
