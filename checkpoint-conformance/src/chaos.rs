@@ -418,6 +418,7 @@ async fn listings_resume(
     plain: &dyn Saver,
     retrying: &dyn Saver,
 ) -> Result<(), String> {
+    use futures::{StreamExt, TryStreamExt};
     const THREAD: &str = "listed-through-outages";
     crate::fixtures::put_chain(plain, THREAD, "", LISTED, "listing")
         .await
@@ -442,55 +443,97 @@ async fn listings_resume(
             return Err(format!("{} checkpoints listed of {LISTED}", whole.len()));
         }
         for (saver, through) in [(plain, "plain"), (retrying, "RetryLayer")] {
-            let (listed, failed) = read_through_an_outage(proxy, saver, &options).await?;
-            match (through, failed) {
-                ("plain", Some(e)) if e.is_transient() => {}
-                ("plain", Some(e)) => {
-                    return Err(format!(
-                        "a cut listing failed with a non-transient error: {e:?}"
-                    ));
-                }
-                ("plain", None) => {
-                    return Err(format!(
-                        "a listing ({options:?}) cut by an outage yielded {} of {} without \
-                         an error: the outage tests nothing",
-                        listed.len(),
-                        whole.len()
-                    ));
-                }
-                (_, Some(e)) => {
-                    return Err(format!(
-                        "through a RetryLayer, a listing ({options:?}) cut by an outage failed \
-                         after {} items: {}",
-                        listed.len(),
-                        e.chain()
-                    ));
-                }
-                (_, None) if listed != whole => {
-                    return Err(format!(
-                        "through a RetryLayer, a listing ({options:?}) cut by an outage \
-                         yielded {} items, not the {} of the uncut listing in order",
-                        listed.len(),
-                        whole.len()
-                    ));
-                }
-                (_, None) => {}
-            }
+            let listed = saver
+                .list(options.clone())
+                .map_ok(|t| (t.checkpoint.id, t.config.thread_id))
+                .boxed();
+            let what = format!("a listing ({options:?})");
+            let (listed, failed) = read_through_an_outage(proxy, listed, &what).await?;
+            judge_cut_listing(through, &what, &listed, failed, &whole)?;
         }
     }
     Ok(())
 }
 
-/// Reads a listing: ten items, then the rest while the server is away for [`OUTAGE`] (the
-/// stream reads its next page during the outage). Returns the `(id, thread)` of the items
-/// read and the error that ended it, if one did.
-async fn read_through_an_outage(
+/// Checks a listing cut by an outage (see [`read_through_an_outage`]): read `through` a
+/// plain saver it must have failed with a transient error; through a `RetryLayer` it must
+/// have yielded `whole`, what the uncut listing yields, in order.
+fn judge_cut_listing<T: PartialEq>(
+    through: &str,
+    what: &str,
+    listed: &[T],
+    failed: Option<Error>,
+    whole: &[T],
+) -> Result<(), String> {
+    match (through, failed) {
+        ("plain", Some(e)) if e.is_transient() => Ok(()),
+        ("plain", Some(e)) => Err(format!(
+            "{what} cut by an outage failed with a non-transient error: {e:?}"
+        )),
+        ("plain", None) => Err(format!(
+            "{what} cut by an outage yielded {} of {} without an error: the outage tests \
+             nothing",
+            listed.len(),
+            whole.len()
+        )),
+        (_, Some(e)) => Err(format!(
+            "through a RetryLayer, {what} cut by an outage failed after {} items: {}",
+            listed.len(),
+            e.chain()
+        )),
+        (_, None) if listed != whole => Err(format!(
+            "through a RetryLayer, {what} cut by an outage yielded {} items, not the {} of \
+             the uncut listing in order",
+            listed.len(),
+            whole.len()
+        )),
+        (_, None) => Ok(()),
+    }
+}
+
+/// Checks that `list_threads` resumes through a `RetryLayer` around `saver` after an
+/// outage, as [`outages_are_ridden_out`] checks `list`: `threads` threads are written (a
+/// checkpoint each; more than a page of the backend's thread listing, so that the outage
+/// comes while a page is fetched), and their listing, cut by an outage after ten ids,
+/// must fail through `saver` itself and yield every id once, in order, through the layer.
+pub async fn thread_listings_resume(
     proxy: &ChaosProxy,
-    saver: &dyn Saver,
-    options: &ListOptions,
-) -> Result<(Vec<(String, String)>, Option<Error>), String> {
+    saver: Arc<dyn Saver>,
+    threads: usize,
+) -> Result<(), String> {
+    use futures::TryStreamExt;
+    for n in 0..threads {
+        let thread = format!("listed-thread-{n:06}");
+        crate::fixtures::put_chain(&*saver, &thread, "", 1, "listing")
+            .await
+            .map_err(|e| format!("writing {thread}: {}", e.chain()))?;
+    }
+    let whole: Vec<String> = saver
+        .list_threads()
+        .try_collect()
+        .await
+        .map_err(|e| format!("listing the threads without an outage: {}", e.chain()))?;
+    if whole.len() < threads {
+        return Err(format!("{} threads listed of {threads}", whole.len()));
+    }
+    let retrying: Arc<dyn Saver> = Arc::new(RetryLayer::new().layer(Arc::clone(&saver)));
+    for (saver, through) in [(&saver, "plain"), (&retrying, "RetryLayer")] {
+        let what = "the listing of the threads";
+        let (listed, failed) = read_through_an_outage(proxy, saver.list_threads(), what).await?;
+        judge_cut_listing(through, what, &listed, failed, &whole)?;
+    }
+    Ok(())
+}
+
+/// Reads a listing (`what`): ten items, then the rest while the server is away for
+/// [`OUTAGE`] (the stream reads its next page during the outage). Returns the items read
+/// and the error that ended it, if one did.
+async fn read_through_an_outage<T>(
+    proxy: &ChaosProxy,
+    mut listed: futures::stream::BoxStream<'static, Result<T, Error>>,
+    what: &str,
+) -> Result<(Vec<T>, Option<Error>), String> {
     use futures::StreamExt;
-    let mut listed = saver.list(options.clone());
     let mut items = Vec::new();
     let mut failed = None;
     for (until, cut) in [(10, false), (usize::MAX, true)] {
@@ -501,10 +544,10 @@ async fn read_through_an_outage(
         let read = async {
             while items.len() < until && failed.is_none() {
                 match tokio::time::timeout(CALL_TIMEOUT, listed.next()).await {
-                    Ok(Some(Ok(t))) => items.push((t.checkpoint.id, t.config.thread_id)),
+                    Ok(Some(Ok(item))) => items.push(item),
                     Ok(Some(Err(e))) => failed = Some(e),
                     Ok(None) => break,
-                    Err(_) => return Err(format!("a listing ({options:?}) hung")),
+                    Err(_) => return Err(format!("{what} hung")),
                 }
             }
             Ok(())

@@ -82,6 +82,20 @@ async fn a_retry_layer_rides_out_outages() {
     drop_schemas(&url, &[schema]).await;
 }
 
+/// A thread listing longer than a page (1,000 ids), cut by an outage: a plain saver's
+/// fails; through `RetryLayer::new()` it resumes after the last id, in the column's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_layer_resumes_a_thread_listing() {
+    let Some((url, options, proxy)) = proxied().await else {
+        return;
+    };
+    let (schema, saver) = set_up_through(&url, options, &proxy).await;
+    chaos::thread_listings_resume(&proxy, Arc::new(saver), 1_200)
+        .await
+        .unwrap();
+    drop_schemas(&url, &[schema]).await;
+}
+
 /// A call whose `BEGIN` is cut short (here a `set_thread_ttl` whose caller gave up while
 /// the network stalled) must not leave its connection in a transaction: sqlx counts a
 /// transaction only once the server answered the `BEGIN`, so a connection handed back
