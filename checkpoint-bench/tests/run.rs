@@ -112,6 +112,9 @@ impl Saver for LosesWrites {
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
         self.0.list_threads()
     }
+    fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
+        self.0.list_threads_after(after)
+    }
     async fn put(
         &self,
         config: &CheckpointConfig,

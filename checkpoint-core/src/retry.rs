@@ -1101,8 +1101,8 @@ mod tests {
         assert_eq!(scripted.calls(), ["list"]);
     }
 
-    /// `list_threads` takes no position to resume from: it is opened again while it has
-    /// yielded nothing, and an error after its first id ends it.
+    /// A cut `list_threads` (or `list_threads_after`) is opened again after the last id it
+    /// yielded, each outage with the policy's retries afresh.
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn list_threads_resume_after_the_last_id_yielded() {
         let saver = exact().max_retries(3).layer(Scripted::new());

@@ -116,9 +116,10 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     ///   not appear, errors are yielded as stream items.
     /// * The default implementation reads `list_threads` from the start and yields the ids
     ///   greater than `after` in byte order, which is `list_threads`' order on a saver that
-    ///   keeps to the byte order; a saver whose order differs must override it. The
-    ///   backends of this workspace start their keyset pages at `after` (PostgreSQL compares
-    ///   with the column's collation, as its `list_threads` orders).
+    ///   keeps to the byte order; a saver whose order differs must override it. SQLite,
+    ///   PostgreSQL and MongoDB start their keyset pages at `after` (PostgreSQL compares
+    ///   with the column's collation, as its `list_threads` orders); Redis, which has no
+    ///   ordered index of its threads, scans them all and keeps those after `after`.
     fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
         let after = after.to_owned();
         Box::pin(

@@ -117,8 +117,8 @@ struct Opened {
     inner: Arc<dyn Saver>,
     /// The backend and its wrappers.
     stack: Arc<dyn Saver>,
-    /// The saver `list` goes to: `stack` behind the `retries` option (the stream gets the
-    /// `timeout` for each batch it waits for: see `TupleStream`).
+    /// The saver `list` and `list_threads` go to: `stack` behind the `retries` option (the
+    /// stream gets the `timeout` for each batch it waits for: see `TupleStream`).
     lister: Arc<dyn Saver>,
     /// The backend alone: the background sweeper's, whose batches no `timeout` bounds
     /// (the `Idempotent` wrapper's inner saver has it).
@@ -161,8 +161,9 @@ impl Opened {
         admin: Admin,
         sweeper: Option<&Arc<SweeperStatus>>,
     ) -> PyResult<Self> {
-        // The deadline goes around every call (each attempt of it) but `list`, whose stream
-        // gets it for each batch it waits for, retries included (see `TupleStream`), and the
+        // The deadline goes around every call (each attempt of it) but the listings, whose
+        // streams get it for each batch they wait for, retries included (see `TupleStream`),
+        // and the
         // background sweeper's, which finishes its batch however long it takes; the retries
         // go outermost.
         let inner = recipe.calls.around(Arc::clone(&stack));

@@ -32,11 +32,11 @@ struct Cursor {
     stream: BoxStream<'static, Result<Listed>>,
     /// The listing, for the error of a batch that timed out.
     operation: &'static str,
-    /// How long a batch may wait for its first tuple (the saver's `timeout` option). Only
-    /// that wait counts: the tuples a batch takes without waiting may start the next
+    /// How long a batch may wait for its first item (the saver's `timeout` option). Only
+    /// that wait counts: the items a batch takes without waiting may start the next
     /// page's fetch, which then goes on only while a batch waits for it.
     limit: Option<Duration>,
-    /// An error met after some tuples of a batch: those are returned, this is raised next.
+    /// An error met after some items of a batch: those are returned, this is raised next.
     failed: Option<Error>,
     done: bool,
 }

@@ -96,6 +96,7 @@ async def test_list_threads_pages_through_the_thread_ids(kind, make_store) -> No
     assert list(saver.list_threads(after="")) == ids[:1] + ids[2:]
     assert [t async for t in saver.alist_threads(after="t-147")] == ["t-148", "t-149"]
     assert [t async for t in saver.alist_threads(limit=2)] == ["t-000", "t-002"]
+    assert len(list(saver.list_threads(limit=2**70))) == 149
     for bad in [{"limit": -1}, {"limit": 1.5}, {"limit": True}, {"after": 5}]:
         with pytest.raises(errors.InvalidInputError):
             list(saver.list_threads(**bad))

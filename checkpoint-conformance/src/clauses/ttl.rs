@@ -57,8 +57,8 @@ async fn assert_invisible(s: &dyn Saver, thread: &str, namespaces: &[&str], puts
     );
 }
 
-/// An expired thread is invisible at once to `get_tuple`, `list`, `list_threads`,
-/// `delta_channel_history` and `thread_ttl`, in every namespace; other threads are untouched.
+/// An expired thread is invisible at once to `get_tuple`, `list`, `list_threads` (and
+/// `list_threads_after`), `delta_channel_history` and `thread_ttl`, in every namespace; other threads are untouched.
 pub async fn ttl_expired_thread_is_invisible(f: &dyn SaverFactory) {
     let s = build(f).await;
     require_capability!(s, ttl, s.set_thread_ttl("t1", ThreadTtl::Pinned));
@@ -127,6 +127,12 @@ pub async fn ttl_expired_thread_is_invisible(f: &dyn SaverFactory) {
         threads,
         vec!["t2".to_owned()],
         "list_threads must not show an expired thread"
+    );
+    let after: Vec<String> = s.list_threads_after("t0").try_collect().await.unwrap();
+    assert_eq!(
+        after,
+        vec!["t2".to_owned()],
+        "list_threads_after must not show an expired thread"
     );
     for at in [cfg("t1", ""), cfg("t1", "child:1"), root[2].config.clone()] {
         let history = s.delta_channel_history(&at, &channels).await.unwrap();

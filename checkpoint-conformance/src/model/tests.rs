@@ -79,6 +79,12 @@ impl Saver for Broken {
     fn list_threads(&self) -> BoxStream<'static, checkpoint_core::Result<String>> {
         self.inner.list_threads()
     }
+    fn list_threads_after(
+        &self,
+        after: &str,
+    ) -> BoxStream<'static, checkpoint_core::Result<String>> {
+        self.inner.list_threads_after(after)
+    }
 
     async fn put(
         &self,

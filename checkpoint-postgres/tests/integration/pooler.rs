@@ -72,8 +72,13 @@ impl PrivateBouncer {
         port: u16,
     ) -> Result<Option<Self>, String> {
         let bin = bouncer_binary()?;
-        let dir = std::env::temp_dir().join(format!("cp-pgbouncer-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        // Its own directory: two tests of this process may try the same port at once.
+        static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "cp-pgbouncer-{}-{start}-{port}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let pool = match pooling {
             Pooling::Session => "pool_mode = session\n".to_owned(),
@@ -117,8 +122,10 @@ impl PrivateBouncer {
         let listening = format!("listening on 127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
+            // Whether it exited first, then its log: all of it, if it did.
+            let exited = bouncer.child.try_wait();
             let log = std::fs::read_to_string(bouncer.dir.join("log")).unwrap_or_default();
-            if let Ok(Some(status)) = bouncer.child.try_wait() {
+            if let Ok(Some(status)) = exited {
                 if log.contains("Address already in use") {
                     return Ok(None);
                 }

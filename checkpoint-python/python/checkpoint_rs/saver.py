@@ -17,6 +17,7 @@ import math
 import os
 import random
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
@@ -117,7 +118,8 @@ def _threads_args(after: Any, limit: Any) -> tuple[str | None, int | None]:
         isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
     ):
         raise errors.InvalidInputError(f"limit is a whole number from 0; got {limit!r}")
-    return after, limit
+    # A limit above any count is none.
+    return after, None if limit is not None and limit > sys.maxsize else limit
 
 
 def _positive(value: Any, what: str, unit: str) -> float:
@@ -749,9 +751,10 @@ class RustCheckpointSaver(BaseCheckpointSaver[str]):
 
     def list_threads(self, *, after: str | None = None, limit: int | None = None) -> Iterator[str]:
         """The ids of the threads holding a checkpoint, ascending as the store orders them
-        (byte order; PostgreSQL: the column's collation), read from an index page by page:
-        no checkpoint is read. With ``after``, only the ids after it (the next page of a
-        list: pass the last id of the previous one); with ``limit``, at most that many."""
+        (byte order; PostgreSQL: the column's collation), without reading a checkpoint: from
+        an index page by page (Redis: a scan of its thread keys, each call). With ``after``,
+        only the ids after it (the next page of a list: pass the last id of the previous
+        one); with ``limit``, at most that many."""
         stream = self._native.list_threads(*_threads_args(after, limit))
         while batch := stream.next_batch(_LIST_BATCH):
             yield from batch
