@@ -456,7 +456,16 @@ def test_a_stalled_thread_leaves_the_pool_to_the_others(make_store) -> None:
     saver.put(head, held.checkpoint, held.metadata, {})
 
 
-def test_ctrl_c_interrupts_a_call_that_waits(make_store) -> None:
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C's handler, as in a terminal, for the test: Python keeps SIGINT ignored when it
+    started ignored, as a shell's background job (`cmd &`) starts."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_interrupts_a_call_that_waits(make_store, ctrl_c_raises) -> None:
     """A blocking call waits without the GIL, yet the main thread's signal handlers still
     run: Ctrl-C raises KeyboardInterrupt in a call that waits on another session's lock
     (before, only once the lock was released, which may be never), and the saver works
