@@ -120,6 +120,36 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     ///   PostgreSQL and MongoDB start their keyset pages at `after` (PostgreSQL compares
     ///   with the column's collation, as its `list_threads` orders); Redis, which has no
     ///   ordered index of its threads, scans them all and keeps those after `after`.
+    ///
+    /// Pages of two thread ids, each starting after the last id of the one before:
+    ///
+    /// ```
+    /// use checkpoint_core::{Checkpoint, CheckpointConfig, CheckpointMetadata, InMemorySaver};
+    /// use checkpoint_core::{PutOptions, Saver, Source};
+    /// use futures::{StreamExt, TryStreamExt};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let saver = InMemorySaver::new();
+    /// for thread in ["chat-1", "chat-2", "chat-3"] {
+    ///     let config = CheckpointConfig::new(thread);
+    ///     let metadata = CheckpointMetadata::for_step(Source::Input, -1);
+    ///     let options = PutOptions::default();
+    ///     saver.put(&config, Checkpoint::new(), metadata, Default::default(), options).await?;
+    /// }
+    /// let mut pages: Vec<Vec<String>> = Vec::new();
+    /// loop {
+    ///     let threads = match pages.last().and_then(|page| page.last()) {
+    ///         None => saver.list_threads(),
+    ///         Some(last) => saver.list_threads_after(last),
+    ///     };
+    ///     let page: Vec<String> = threads.take(2).try_collect().await?;
+    ///     if page.is_empty() {
+    ///         break;
+    ///     }
+    ///     pages.push(page);
+    /// }
+    /// assert_eq!(pages, [vec!["chat-1", "chat-2"], vec!["chat-3"]]);
+    /// # Ok::<(), checkpoint_core::Error>(()) }).unwrap();
+    /// ```
     fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
         let after = after.to_owned();
         Box::pin(
