@@ -151,11 +151,7 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     /// # Ok::<(), checkpoint_core::Error>(()) }).unwrap();
     /// ```
     fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
-        let after = after.to_owned();
-        Box::pin(
-            self.list_threads()
-                .try_filter(move |id| futures::future::ready(id.as_str() > after.as_str())),
-        )
+        crate::backend::ids_after(self.list_threads(), after)
     }
 
     /// What a runtime needs to rebuild delta channels at a checkpoint (LangGraph's

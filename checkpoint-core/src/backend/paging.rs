@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 
 use crate::{CheckpointTuple, Result};
 
@@ -154,6 +154,18 @@ where
         },
     )
     .boxed()
+}
+
+/// The ids of `ids`, a listing in byte order, that come after `after`: the default
+/// [`Saver::list_threads_after`](crate::Saver::list_threads_after) of a saver whose
+/// `list_threads` keeps to the byte order (it reads the listing from its start).
+pub fn ids_after(
+    ids: BoxStream<'static, Result<String>>,
+    after: &str,
+) -> BoxStream<'static, Result<String>> {
+    let after = after.to_owned();
+    ids.try_filter(move |id| std::future::ready(id.as_str() > after.as_str()))
+        .boxed()
 }
 
 /// A [`Saver::list_threads`](crate::Saver::list_threads) stream for a backend that cannot

@@ -31,12 +31,7 @@ pub trait ReadSource: std::fmt::Debug + Send + Sync + 'static {
     /// As [`Saver::list_threads_after`], whose default (ids greater than `after` in byte
     /// order) this is too.
     fn list_threads_after(&self, after: &str) -> BoxStream<'static, Result<String>> {
-        use futures::TryStreamExt;
-        let after = after.to_owned();
-        Box::pin(
-            self.list_threads()
-                .try_filter(move |id| futures::future::ready(id.as_str() > after.as_str())),
-        )
+        crate::backend::ids_after(self.list_threads(), after)
     }
 }
 
