@@ -259,9 +259,8 @@ struct ListState {
     below: Option<String>,
 }
 
-/// `list`: pages of `list_page_size` checkpoints (fewer when a limit remains), each page
-/// loaded completely with [`load_tuples`], in the contract's order.
-/// Thread ids per `list_threads` page.
+/// The most thread ids per `list_threads` page (the first pages are smaller; see
+/// [`paged_keys`](checkpoint_core::backend::paged_keys)).
 const THREAD_PAGE: usize = 1000;
 
 /// `list_threads`: keyset pages of the distinct `t` of the checkpoint documents (the
@@ -303,6 +302,8 @@ pub(crate) fn list_threads(
     })
 }
 
+/// `list`: pages of `list_page_size` checkpoints (fewer when a limit remains), each page
+/// loaded completely with [`load_tuples`], in the contract's order.
 pub(crate) fn list(
     inner: Arc<Inner>,
     options: ListOptions,

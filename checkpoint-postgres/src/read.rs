@@ -62,9 +62,8 @@ pub(crate) async fn get_tuple(
     Ok(tuples.into_iter().next())
 }
 
-/// `list`: pages of [`PAGE`] checkpoints, each one query (checkpoints, their values and
-/// writes), keyset-paginated on the index order of the listing.
-/// Thread ids per `list_threads` page.
+/// The most thread ids per `list_threads` page (the first pages are smaller; see
+/// [`paged_keys`](checkpoint_core::backend::paged_keys)).
 const THREAD_PAGE: usize = 1000;
 
 /// `list_threads` (`after` `None`) and `list_threads_after`: keyset pages of the primary
@@ -88,6 +87,8 @@ pub(crate) fn list_threads(
     })
 }
 
+/// `list`: pages of [`PAGE`] checkpoints, each one query (checkpoints, their values and
+/// writes), keyset-paginated on the index order of the listing.
 pub(crate) fn list(
     inner: &Inner,
     options: ListOptions,

@@ -115,7 +115,8 @@ struct ListState {
     cursor: Option<(String, String, String)>,
 }
 
-/// Thread ids per `list_threads` page.
+/// The most thread ids per `list_threads` page (the first pages are smaller; see
+/// [`paged_keys`](checkpoint_core::backend::paged_keys)).
 const THREAD_PAGE: usize = 1000;
 
 /// `list_threads` (`after` `None`) and `list_threads_after`: keyset pages of the primary

@@ -38,7 +38,9 @@ pub use checks::{
 };
 pub use import::{WriteCall, import_by_put, put_address, write_calls};
 pub use index::{canonical_json, canonical_json_into, digest128};
-pub use paging::{Page, collected_keys, ids_after, paged, paged_keys, share_values};
+pub use paging::{
+    FIRST_KEY_PAGE, Page, collected_keys, ids_after, paged, paged_keys, share_values,
+};
 pub use read_only::{ReadOnly, ReadSource};
 pub use retention::{
     MAX_TTL_MS, SweeperReport, SweeperStatus, spawn_sweeper, spawn_sweeper_reporting, thread_ttl_ms,

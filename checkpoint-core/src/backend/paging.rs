@@ -94,12 +94,18 @@ where
     .boxed()
 }
 
+/// The most keys the first page of [`paged_keys`] asks for.
+pub const FIRST_KEY_PAGE: usize = 128;
+
 /// Builds the stream [`Saver::list_threads`](crate::Saver::list_threads) (`after` `None`)
 /// or [`Saver::list_threads_after`](crate::Saver::list_threads_after) returns from a
 /// keyset page fetcher: `fetch(after, want)` returns up to `want` keys greater than `after`
-/// (`None`: from the start), ascending. The first page starts after `after`; the stream
-/// asks for the next page when the previous one is consumed, and ends after a page shorter
-/// than asked for, or after yielding the first error.
+/// (`None`: from the start), ascending. The first page starts after `after` and asks for
+/// at most [`FIRST_KEY_PAGE`] keys, each next page for 4 times as many, up to
+/// `page_size`: a caller that takes a few ids pays for a small page, one that reads a whole
+/// listing for few round trips. The stream asks for the next page when the previous one
+/// is consumed, and ends after a page shorter than asked for, or after yielding the first
+/// error.
 ///
 /// ```
 /// use checkpoint_core::backend::paged_keys;
@@ -130,25 +136,28 @@ where
     Fut: Future<Output = Result<Vec<String>>> + Send + 'static,
 {
     let page_size = page_size.max(1);
-    // (fetcher, the last key yielded, buffered keys, whether the last page was short)
-    let state = (fetch, after, VecDeque::<String>::new(), false);
+    let first = page_size.min(FIRST_KEY_PAGE);
+    // (fetcher, the last key yielded, buffered keys, the next page's size, whether the last
+    // page was short)
+    let state = (fetch, after, VecDeque::<String>::new(), first, false);
     stream::unfold(
         state,
-        move |(mut fetch, mut after, mut buffer, mut done)| async move {
+        move |(mut fetch, mut after, mut buffer, mut want, mut done)| async move {
             loop {
                 if let Some(key) = buffer.pop_front() {
                     after = Some(key.clone());
-                    return Some((Ok(key), (fetch, after, buffer, done)));
+                    return Some((Ok(key), (fetch, after, buffer, want, done)));
                 }
                 if done {
                     return None;
                 }
-                match fetch(after.clone(), page_size).await {
+                match fetch(after.clone(), want).await {
                     Ok(keys) => {
-                        done = keys.len() < page_size;
+                        done = keys.len() < want;
                         buffer.extend(keys);
+                        want = want.saturating_mul(4).min(page_size);
                     }
-                    Err(e) => return Some((Err(e), (fetch, after, buffer, true))),
+                    Err(e) => return Some((Err(e), (fetch, after, buffer, want, true))),
                 }
             }
         },
@@ -315,6 +324,60 @@ pub fn share_values(tuples: &mut [CheckpointTuple]) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+    use futures::{StreamExt, TryStreamExt};
+    use std::sync::{Arc, Mutex};
+
+    /// `paged_keys` over the keys `k00000`.. `k<total - 1>`, recording what each fetch
+    /// asked for.
+    fn keys(
+        total: usize,
+        page_size: usize,
+        asked: Arc<Mutex<Vec<usize>>>,
+    ) -> BoxStream<'static, Result<String>> {
+        paged_keys(page_size, None, move |after, want| {
+            asked.lock().unwrap().push(want);
+            async move {
+                Ok((0..total)
+                    .map(|i| format!("k{i:05}"))
+                    .filter(|k| after.as_deref().is_none_or(|a| k.as_str() > a))
+                    .take(want)
+                    .collect())
+            }
+        })
+    }
+
+    #[test]
+    fn pages_start_small_and_grow_to_the_page_size() {
+        futures::executor::block_on(async {
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let all: Vec<String> = keys(3000, 1000, asked.clone()).try_collect().await.unwrap();
+            assert_eq!(all.len(), 3000);
+            assert!(all.windows(2).all(|w| w[0] < w[1]));
+            // 128 + 512 + 1000 + 1000 = 2640, then 360 < 1000 ends it.
+            assert_eq!(*asked.lock().unwrap(), [128, 512, 1000, 1000, 1000]);
+
+            // Taking a few ids costs one small page.
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let few: Vec<String> = keys(3000, 1000, asked.clone())
+                .take(100)
+                .try_collect()
+                .await
+                .unwrap();
+            assert_eq!(few.len(), 100);
+            assert_eq!(*asked.lock().unwrap(), [128]);
+
+            // A page size below the first page's is used from the start.
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let all: Vec<String> = keys(5, 2, asked.clone()).try_collect().await.unwrap();
+            assert_eq!(all.len(), 5);
+            assert_eq!(*asked.lock().unwrap(), [2, 2, 2]);
+        });
     }
 }
 
