@@ -96,8 +96,7 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     ///   twice. Errors are yielded as stream items.
     /// * The default implementation reads the global listing (every checkpoint, once) and
     ///   holds the distinct ids in memory. The backends of this workspace read no checkpoint:
-    ///   SQLite, PostgreSQL and MongoDB page through their thread ids (a page held at a
-    ///   time), Redis collects the ids of its thread keys first.
+    ///   they page through an index of their thread ids (a page held at a time).
     fn list_threads(&self) -> BoxStream<'static, Result<String>> {
         use futures::TryStreamExt;
         let listing = self.list(ListOptions::new());
@@ -116,10 +115,9 @@ pub trait Saver: std::fmt::Debug + Send + Sync + 'static {
     ///   not appear, errors are yielded as stream items.
     /// * The default implementation reads `list_threads` from the start and yields the ids
     ///   greater than `after` in byte order, which is `list_threads`' order on a saver that
-    ///   keeps to the byte order; a saver whose order differs must override it. SQLite,
-    ///   PostgreSQL and MongoDB start their keyset pages at `after` (PostgreSQL compares
-    ///   with the column's collation, as its `list_threads` orders); Redis, which has no
-    ///   ordered index of its threads, scans them all and keeps those after `after`.
+    ///   keeps to the byte order; a saver whose order differs must override it. The
+    ///   backends of this workspace start their index pages at `after` (PostgreSQL compares
+    ///   with the column's collation, as its `list_threads` orders).
     ///
     /// Pages of two thread ids, each starting after the last id of the one before:
     ///

@@ -15,8 +15,8 @@ use crate::codec::{array, bulk, number, parse_blob_field, record_manifests, reco
 use crate::core::Inner;
 use crate::error::{RedisSaverError, corrupt, protocol};
 use crate::keys::{
-    BL, CP, WV, esc, gref, netstr, pack_list, parse_gref, parse_tref, token, tref, unesc_str,
-    unpack_list,
+    BL, CP, WV, esc, gref, netstr, pack_list, parse_gref, parse_tref, thread_entry, token, tref,
+    unesc_str, unpack_list,
 };
 use crate::read::SCAN_BUDGET;
 use crate::scripts::{
@@ -64,6 +64,11 @@ pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Re
     };
     let mut records = Vec::with_capacity(cp.len() / 2);
     let mut global_ops = Vec::new();
+    if inner.link.is_cluster() && !cp.is_empty() {
+        global_ops.push(IndexOp::AddThread {
+            entry: thread_entry(target, &inner.layout.thread_keys(target)[CP]),
+        });
+    }
     for pair in cp.chunks(2) {
         let [r, rec] = pair else {
             return Err(protocol("odd checkpoint snapshot"));

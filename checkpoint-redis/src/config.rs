@@ -13,7 +13,7 @@ use crate::chunk::{ChunkMemo, MEMO_MAX_BYTES};
 use crate::conn::{Link, Manager};
 use crate::core::Inner;
 use crate::error::RedisSaverError;
-use crate::keys::{Layout, valid_prefix};
+use crate::keys::{Layout, thread_entry, valid_prefix};
 
 pub use checkpoint_core::ThreadTtl;
 
@@ -332,13 +332,22 @@ impl RedisSaverBuilder {
             .map_err(|e| unreachable_at(e.into(), &redacted))?;
         // Reading the layout is also the check that the server answers.
         let layout = Layout::new(&self.prefix);
-        check_layout(&link, &layout.layout_key())
+        let stored = read_layout(&link, &layout)
             .await
             .map_err(|e| unreachable_at(e, &redacted))?;
+        let policy = eviction_policy(&link).await;
         let ttl_evictable = if self.allow_eviction {
             None
         } else {
-            check_eviction(&link, self.default_ttl.is_some()).await?
+            refuse_eviction(&policy, self.default_ttl.is_some())?
+        };
+        // On a server that may evict any key (accepted with `allow_eviction`), the thread
+        // index, one key, could go while threads stay: such a saver lists threads with a
+        // `SCAN`, and opening the prefix writes nothing to a server at its memory limit.
+        let thread_index = if matches!(policy, Eviction::AnyKey(_)) {
+            false
+        } else {
+            thread_index(&link, &layout, stored).await?
         };
         Ok(Inner {
             link,
@@ -348,6 +357,7 @@ impl RedisSaverBuilder {
             refresh_on_read: self.refresh_on_read,
             target: redacted,
             chunk_memo: ChunkMemo::new(self.chunk_memo_bytes),
+            thread_index,
         })
     }
 }
@@ -396,36 +406,120 @@ impl std::error::Error for Unreachable {
 /// The stored layout this build writes and reads: the keys of a thread, their fields and
 /// records, the global index. A version that stores anything differently writes a greater
 /// number, so that builds before it refuse the prefix instead of misreading it.
-const LAYOUT: i64 = 1;
+///
+/// Layout 2 added the thread entries of the global index (`list_threads` reads them);
+/// layout 1 is brought up to it in place (see [`thread_index`]).
+const LAYOUT: i64 = 2;
 
-/// Refuses a prefix whose layout key names a layout this build does not know, and marks an
-/// unmarked prefix with [`LAYOUT`] (keys written before the marker existed are layout 1).
-/// A client that may not write (a replica, an ACL without `SET`) leaves it unmarked.
-async fn check_layout(link: &Link, key: &str) -> Result<()> {
+/// What a prefix's layout key says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stored {
+    /// No mark: a new prefix, or keys written before the mark existed (layout 1).
+    Unmarked,
+    /// Layout 1.
+    One,
+    /// [`LAYOUT`].
+    Current,
+}
+
+/// The layout a prefix is stored in; a layout this build does not know (a newer version
+/// wrote it) is refused.
+async fn read_layout(link: &Link, layout: &Layout) -> Result<Stored> {
     let found = link
-        .command(redis::cmd("GET").arg(key))
+        .command(redis::cmd("GET").arg(layout.layout_key()))
         .await
         .map_err(Error::from)?;
     let found = match found {
-        Value::Nil => {
-            let mark = redis::cmd("SET").arg(key).arg(LAYOUT).arg("NX").clone();
-            if let Err(e) = link.command(&mark).await {
-                tracing::debug!(error = %e, "could not record the stored layout");
-            }
-            return Ok(());
-        }
+        Value::Nil => return Ok(Stored::Unmarked),
         Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
         Value::SimpleString(s) => s,
         other => format!("{other:?}"),
     };
-    match found.parse::<i64>() {
-        Ok(v) if (1..=LAYOUT).contains(&v) => Ok(()),
+    match found.as_str() {
+        "1" => Ok(Stored::One),
+        "2" => Ok(Stored::Current),
         _ => Err(RedisSaverError::LayoutTooNew {
             found,
             known: LAYOUT,
         }
         .into()),
     }
+}
+
+/// Whether the global index has an entry for every thread: the prefix is stored in
+/// [`LAYOUT`], or was brought up to it now (layout 1, or unmarked).
+///
+/// Bringing layout 1 up adds an entry for every thread found by a `SCAN` of its `cp` keys,
+/// then marks the prefix: a saver never trusts the thread entries of a prefix that is not
+/// marked 2. An unmarked prefix without a global index key holds no checkpoint (every put
+/// writes that index), so it is marked without a scan. A client that may not write (a
+/// replica, an ACL without `SET`) leaves the prefix as it is, and its `list_threads` scans.
+/// A newer build that marked the prefix in between is refused, as [`read_layout`] does.
+async fn thread_index(link: &Link, layout: &Layout, stored: Stored) -> Result<bool> {
+    if stored == Stored::Current {
+        return Ok(true);
+    }
+    match upgrade_layout(link, layout, stored == Stored::Unmarked).await {
+        Ok(None) => Ok(true),
+        Ok(Some(found)) => Err(RedisSaverError::LayoutTooNew {
+            found,
+            known: LAYOUT,
+        }
+        .into()),
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "could not bring the stored layout up to date; list_threads will scan the key space"
+            );
+            Ok(false)
+        }
+    }
+}
+
+/// Layout 1 → 2: a thread entry for every thread, then the mark (see [`thread_index`]).
+/// `Some(mark)` when the prefix was marked with a layout this build does not know meanwhile.
+async fn upgrade_layout(
+    link: &Link,
+    layout: &Layout,
+    unmarked: bool,
+) -> std::result::Result<Option<String>, RedisSaverError> {
+    let global = &layout.global_keys()[0];
+    let empty = unmarked
+        && matches!(
+            link.command(redis::cmd("EXISTS").arg(global)).await?,
+            Value::Int(0)
+        );
+    if !empty {
+        let keys = link.scan_keys(&layout.thread_records_pattern()).await?;
+        let mut entries = keys.iter().filter_map(|k| {
+            let thread = layout.thread_of_records_key(k)?;
+            Some(thread_entry(&thread, std::str::from_utf8(k).ok()?))
+        });
+        loop {
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(global);
+            let mut n = 0;
+            for e in entries.by_ref().take(1000) {
+                zadd.arg(0).arg(e);
+                n += 1;
+            }
+            if n == 0 {
+                break;
+            }
+            link.command(&zadd).await?;
+        }
+    }
+    // Marked only over layout 1 (or no mark); answers the mark it found otherwise.
+    let mark = "local v = redis.call('GET', KEYS[1]) \
+                if v and v ~= '1' and v ~= ARGV[1] then return v end \
+                redis.call('SET', KEYS[1], ARGV[1]) \
+                return false";
+    let mut c = redis::cmd("EVAL");
+    c.arg(mark).arg(1).arg(layout.layout_key()).arg(LAYOUT);
+    Ok(match link.command(&c).await? {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        _ => None,
+    })
 }
 
 /// What a server's memory limit lets it delete.
@@ -471,16 +565,15 @@ fn texts(v: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// Refuses a server that could evict keys of stored threads (see
-/// [`RedisSaverBuilder::allow_eviction`]); the policy when it evicts keys with a TTL and
-/// the saver gives none by default (`set_thread_ttl` then refuses to give one).
-async fn check_eviction(link: &Link, default_ttl: bool) -> Result<Option<String>> {
+/// What the server (every primary of a Cluster; the worst of them) may evict at its memory
+/// limit, from `INFO memory`.
+async fn eviction_policy(link: &Link) -> Eviction {
     let info = match link.command(redis::cmd("INFO").arg("memory")).await {
         Ok(v) => v,
         Err(e) => {
             // INFO disabled or renamed: nothing can be checked.
             tracing::warn!(error = %e, "could not read the server's maxmemory-policy");
-            return Ok(None);
+            return Eviction::Unknown;
         }
     };
     let mut replies = Vec::new();
@@ -490,13 +583,19 @@ async fn check_eviction(link: &Link, default_ttl: bool) -> Result<Option<String>
         .map(|t| eviction(t))
         .max()
         .unwrap_or(Eviction::Unknown);
+    if worst == Eviction::Unknown {
+        tracing::warn!("the server's maxmemory-policy is unknown; keys may be evicted");
+    }
+    worst
+}
+
+/// Refuses a server that could evict keys of stored threads (see
+/// [`RedisSaverBuilder::allow_eviction`]); the policy when it evicts keys with a TTL and
+/// the saver gives none by default (`set_thread_ttl` then refuses to give one).
+fn refuse_eviction(policy: &Eviction, default_ttl: bool) -> Result<Option<String>> {
     let refuse = |why: String| Err(Error::from(RedisSaverError::Evicting(why)));
-    match worst {
-        Eviction::Never => Ok(None),
-        Eviction::Unknown => {
-            tracing::warn!("the server's maxmemory-policy is unknown; keys may be evicted");
-            Ok(None)
-        }
+    match policy {
+        Eviction::Never | Eviction::Unknown => Ok(None),
         Eviction::AnyKey(p) => refuse(format!(
             "the server evicts keys at its memory limit (maxmemory-policy {p})"
         )),
@@ -504,7 +603,7 @@ async fn check_eviction(link: &Link, default_ttl: bool) -> Result<Option<String>
             "the server evicts keys that have a TTL at its memory limit (maxmemory-policy \
              {p}), and default_ttl gives every key of a thread one"
         )),
-        Eviction::KeysWithTtl(p) => Ok(Some(p)),
+        Eviction::KeysWithTtl(p) => Ok(Some(p.clone())),
     }
 }
 

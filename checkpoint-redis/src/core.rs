@@ -28,6 +28,9 @@ pub(crate) struct Inner {
     pub(crate) target: String,
     /// Chunk ids of the last list value put per thread and channel.
     pub(crate) chunk_memo: ChunkMemo,
+    /// Whether the global index has an entry for every thread (stored layout 2, or brought
+    /// up to it when the saver was built); `list_threads` scans the key space otherwise.
+    pub(crate) thread_index: bool,
 }
 
 impl fmt::Debug for Inner {

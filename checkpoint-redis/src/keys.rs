@@ -158,10 +158,50 @@ pub(crate) fn thread_index_args(id: &str, ns: &str, tokens: &[String]) -> Vec<Ve
     args
 }
 
+/// The first byte of a thread's entry in the global index (see [`thread_entry`]).
+pub(crate) const THREAD_ENTRY: u8 = 3;
+
+/// A thread's entry in the global index: `\3 esc(thread) cp_key`, where `cp_key` is the
+/// name of the thread's checkpoint-record hash. The entries list the threads in the
+/// contract's order (`esc` is order-preserving and self-delimiting), and each names the key
+/// whose existence says whether its thread still has a checkpoint.
+pub(crate) fn thread_entry(thread: &str, cp_key: &str) -> Vec<u8> {
+    let mut out = vec![THREAD_ENTRY];
+    esc_into(&mut out, thread.as_bytes());
+    out.extend_from_slice(cp_key.as_bytes());
+    out
+}
+
+/// Decodes a [`thread_entry`] into `(thread, cp_key)`.
+pub(crate) fn parse_thread_entry(entry: &[u8]) -> Option<(String, String)> {
+    let rest = entry.strip_prefix(&[THREAD_ENTRY])?;
+    let (thread, key) = unesc_str(rest)?;
+    Some((thread, String::from_utf8(key.to_vec()).ok()?))
+}
+
+/// The `ZRANGEBYLEX` start (exclusive) of the thread entries after `after`, or of all of
+/// them: `(\3 esc(after) \xFF` sorts after every entry of `after` (a key name has no
+/// `0xFF` byte) and before those of every greater id (`esc` is prefix-free).
+pub(crate) fn thread_entries_after(after: Option<&str>) -> Vec<u8> {
+    let mut lo = vec![b'(', THREAD_ENTRY];
+    if let Some(after) = after {
+        esc_into(&mut lo, after.as_bytes());
+        lo.push(0xFF);
+    }
+    lo
+}
+
 /// `ZADD` arguments (score `0`, member pairs) of a new checkpoint's entries in the global
-/// index: `\1 gref pack(tokens)` and `token \0 gref` per metadata token.
-pub(crate) fn global_index_args(gref: &[u8], tokens: &[String]) -> Vec<Vec<u8>> {
+/// index: its thread's [`thread_entry`], `\1 gref pack(tokens)` and `token \0 gref` per
+/// metadata token.
+pub(crate) fn global_index_args(
+    thread_entry: &[u8],
+    gref: &[u8],
+    tokens: &[String],
+) -> Vec<Vec<u8>> {
     let mut args = vec![
+        b"0".to_vec(),
+        thread_entry.to_vec(),
         b"0".to_vec(),
         [&[1u8][..], gref, &pack_list(tokens)].concat(),
     ];
@@ -327,10 +367,11 @@ impl Layout {
             .collect()
     }
 
-    /// The global index key (`mi`), in its own slot. `%g` cannot be the
-    /// encoding of a thread id (`%` is always followed by two hex digits there).
+    /// The global keys, in their own slot: the index (`mi`) and, on a Cluster, the times
+    /// thread entries were last written (`ts`). `%g` cannot be the encoding of a thread id
+    /// (`%` is always followed by two hex digits there).
     pub(crate) fn global_keys(&self) -> Vec<String> {
-        ["mi"]
+        ["mi", "ts"]
             .iter()
             .map(|s| format!("{}:{{%g}}:{s}", self.prefix))
             .collect()
@@ -512,11 +553,43 @@ mod tests {
     }
 
     #[test]
+    fn thread_entries_sort_as_their_ids_and_decode() {
+        let l = Layout::new("cp");
+        let ids = [
+            "", "\0", "\0\0", "\u{1}", "a", "a\0", "a\u{1}", "ab", "b", "\u{ff}",
+        ];
+        let entries: Vec<Vec<u8>> = ids
+            .iter()
+            .map(|t| thread_entry(t, &l.thread_keys(t)[CP]))
+            .collect();
+        let mut sorted = entries.clone();
+        sorted.sort();
+        assert_eq!(sorted, entries, "entries sort as their ids");
+        for (t, e) in ids.iter().zip(&entries) {
+            assert_eq!(
+                parse_thread_entry(e),
+                Some((t.to_string(), l.thread_keys(t)[CP].clone()))
+            );
+            // The exclusive start after `t` lies between its entry and the next one's.
+            let lo = thread_entries_after(Some(t));
+            assert!(&lo[1..] > e.as_slice());
+            for later in entries.iter().filter(|x| *x > e) {
+                assert!(&lo[1..] < later.as_slice(), "{t:?}");
+            }
+        }
+        assert!(
+            entries
+                .iter()
+                .all(|e| &thread_entries_after(None)[1..] <= e.as_slice())
+        );
+    }
+
+    #[test]
     fn layout_keys_share_a_tag_per_thread() {
         let l = Layout::new("cp");
         let keys = l.thread_keys("a{b}*");
         assert!(keys.iter().all(|k| k.starts_with("cp:{a%7Bb%7D%2A}:")));
-        assert_eq!(l.global_keys()[0], "cp:{%g}:mi");
+        assert_eq!(l.global_keys(), ["cp:{%g}:mi", "cp:{%g}:ts"]);
         assert!(valid_prefix("checkpoint:test-1/x"));
         assert!(!valid_prefix("a{b}"));
         assert!(!valid_prefix("a*"));

@@ -16,9 +16,12 @@ use crate::chunk;
 use crate::codec::{array, bulk, decode_delta, decode_tuple, number, record_manifests};
 use crate::core::Inner;
 use crate::error::{corrupt, protocol};
-use crate::keys::{BL, CP, WI, WV, esc, parse_gref, parse_tref, token, tref};
+use crate::keys::{
+    BL, CP, WI, WV, esc, parse_gref, parse_thread_entry, parse_tref, thread_entries_after, token,
+    tref,
+};
 use crate::scripts::Call;
-use crate::scripts::{Args, DeltaArgs, GscanArgs, IndexOp, ListArgs, ThreadScan};
+use crate::scripts::{Args, DeltaArgs, GscanArgs, IndexOp, ListArgs, ThreadScan, ThreadsArgs};
 
 /// Tuples per `list` page.
 const PAGE: usize = 64;
@@ -30,9 +33,9 @@ pub(crate) const SCAN_BUDGET: usize = 4096;
 const VALUE_LANE: usize = 24;
 /// Most connections one list page reads values on at once.
 const MAX_LANES: usize = 4;
-/// In Cluster mode, a global index entry whose checkpoint is missing is removed only when
-/// its id is at least this old: a younger one may belong to a put still in flight (the
-/// index is written before the thread).
+/// In Cluster mode, a global index entry whose checkpoint (or thread) is missing is removed
+/// only when its id (or the time it was written) is at least this old: a younger one may
+/// belong to a put still in flight (the index is written before the thread).
 const REPAIR_GRACE_MS: u64 = 60_000;
 
 fn s(v: impl AsRef<[u8]>) -> Vec<u8> {
@@ -107,16 +110,27 @@ pub(crate) async fn delta_channel_history(
     Ok(out)
 }
 
-/// `list_threads`: the threads whose checkpoint-record hash (`cp`) exists, found by a
-/// `SCAN` of the key space (every primary of a Cluster) and sorted. The hash is removed
-/// with a thread's last checkpoint and expires with its TTL, so no checkpoint is read. The
-/// ids are held in memory (a few dozen bytes per thread) to drop `SCAN`'s repeats; with
-/// `after` (`list_threads_after`), only those greater than it in byte order.
+/// `list_threads`: the threads whose checkpoint-record hash (`cp`) exists, in pages (growing
+/// up to [`SCAN_BUDGET`] ids) read from the global index's thread entries, from `after`
+/// when given (`list_threads_after`). The hash is removed with a thread's last checkpoint
+/// and expires with its TTL, so no checkpoint is read; an entry whose hash is gone is
+/// skipped and removed (see [`thread_page`]).
+///
+/// Where the index is not known to be complete (a stored layout before 2 that this client
+/// could not bring up to date, or a server that may evict any key; see
+/// `config::thread_index`), the threads are found by a `SCAN` of the key space (every
+/// primary of a Cluster) instead, and sorted.
 pub(crate) fn list_threads(
     inner: Arc<Inner>,
     after: Option<&str>,
 ) -> BoxStream<'static, Result<String>> {
     let after = after.map(str::to_owned);
+    if inner.thread_index {
+        return checkpoint_core::backend::paged_keys(SCAN_BUDGET, after, move |after, want| {
+            let inner = Arc::clone(&inner);
+            async move { thread_page(&inner, after.as_deref(), want).await }
+        });
+    }
     checkpoint_core::backend::collected_keys(async move {
         let keys = inner
             .link
@@ -128,6 +142,77 @@ pub(crate) fn list_threads(
             .filter(|t| after.as_deref().is_none_or(|a| t.as_str() > a))
             .collect())
     })
+}
+
+/// Up to `want` thread ids after `after`, fewer only at the end of the index. On a single
+/// node, `threads.lua` checks that each thread exists and removes the entries of those that
+/// do not, atomically. On a Cluster the client checks (one `EXISTS` per entry, routed to
+/// the thread's node) and removes an entry without its thread only when it was written more
+/// than [`REPAIR_GRACE_MS`] ago: a put writes the entry before its thread.
+async fn thread_page(inner: &Inner, after: Option<&str>, want: usize) -> Result<Vec<String>> {
+    let cluster = inner.link.is_cluster();
+    let mut lo = thread_entries_after(after);
+    let mut out = Vec::with_capacity(want);
+    loop {
+        let call = ThreadsArgs {
+            lo,
+            want: want - out.len(),
+            budget: SCAN_BUDGET,
+            check: !cluster,
+        }
+        .call(inner.layout.global_keys());
+        let [entries, last, done]: [Value; 3] = array(inner.link.eval(&call).await?)?
+            .try_into()
+            .map_err(|_| protocol("a thread page has 3 parts"))?;
+        let mut found = Vec::new();
+        for e in array(entries)? {
+            let e = bulk(&e).ok_or_else(|| protocol("thread entry"))?.to_vec();
+            // Only something other than a saver can have written an entry that does not
+            // parse: it names no thread, so it is passed over, not listed.
+            match parse_thread_entry(&e) {
+                Some((thread, cp_key)) => found.push((e, thread, cp_key)),
+                None => tracing::warn!(entry = ?e, "skipping a malformed thread entry"),
+            }
+        }
+        if cluster {
+            found = existing_threads(inner, found).await?;
+        }
+        out.extend(found.into_iter().map(|(_, thread, _)| thread));
+        if number(&done)? == 1 || out.len() >= want {
+            return Ok(out);
+        }
+        let last = bulk(&last).ok_or_else(|| protocol("thread page end"))?;
+        lo = [b"(", last].concat();
+    }
+}
+
+/// On a Cluster: the entries whose thread still has its `cp` hash; the others are removed
+/// from the index when old enough (best effort).
+async fn existing_threads(
+    inner: &Inner,
+    found: Vec<(Vec<u8>, String, String)>,
+) -> Result<Vec<(Vec<u8>, String, String)>> {
+    let checks: Vec<redis::Cmd> = found
+        .iter()
+        .map(|(_, _, key)| redis::cmd("EXISTS").arg(key).clone())
+        .collect();
+    let exists = inner.link.pipeline(&checks, false).await?;
+    let mut live = Vec::with_capacity(found.len());
+    let mut gone = Vec::new();
+    for (f, e) in found.into_iter().zip(&exists) {
+        if number(e)? == 1 {
+            live.push(f);
+        } else {
+            gone.push(IndexOp::RemoveThreadIfOld {
+                entry: f.0,
+                grace_ms: REPAIR_GRACE_MS,
+            });
+        }
+    }
+    if let Err(e) = inner.gindex(gone).await {
+        tracing::debug!(error = %e, "thread index repair failed");
+    }
+    Ok(live)
 }
 
 /// `list`: pages of [`PAGE`] tuples, each a scan of the thread's or the global index

@@ -9,7 +9,7 @@
 //! * **single node, compare-and-set or fenced**: the values go in as plain commands, then
 //!   `put.lua` checks the head or the fence and writes the record and index entries, or
 //!   refuses and sweeps what the transaction wrote (mode `F`);
-//! * **Cluster**: the global index entry first (its own slot, `gindex.lua`), then one
+//! * **Cluster**: the global index entries first (its own slot, `gindex.lua`), then one
 //!   `put.lua` call in the thread's slot with the values as arguments (mode `V`).
 
 use checkpoint_core::backend::{Identifiers, put_address};
@@ -26,7 +26,7 @@ use crate::core::{Inner, reply_status};
 use crate::error::protocol;
 use crate::keys::{
     BL, CP, GMI, MI, OPT, blob_field, esc, esc_into, global_index_args, gref, idx8, pack_list,
-    thread_index_args, tref, unesc_str, unpack_list,
+    thread_entry, thread_index_args, tref, unesc_str, unpack_list,
 };
 use crate::scripts::{self, Args, IndexOp, PutArgs, PutWritesArgs, TouchArgs};
 
@@ -155,9 +155,9 @@ pub(crate) async fn put(
     }
 }
 
-/// A Cluster put: the global index entry first (an entry without its checkpoint is
-/// invisible, since reads check; a checkpoint without its entry would be missing from
-/// global lists), then `put.lua` in the thread's slot with the values as arguments.
+/// A Cluster put: the global index entries of the thread and the checkpoint first (an
+/// entry without its checkpoint is invisible, since reads check; a checkpoint without its
+/// entries would be missing from global and thread lists), then `put.lua` in the thread's slot with the values as arguments.
 async fn put_cluster(
     inner: &Inner,
     config: &CheckpointConfig,
@@ -166,11 +166,17 @@ async fn put_cluster(
     options: &PutOptions,
 ) -> Result<Vec<Value>> {
     let g = gref(id, &config.thread_id, &config.checkpoint_ns);
+    let cp_key = &inner.layout.thread_keys(&config.thread_id)[CP];
     inner
-        .gindex(vec![IndexOp::Add {
-            gref: g,
-            tokens: pack_list(&p.record.tokens),
-        }])
+        .gindex(vec![
+            IndexOp::AddThread {
+                entry: thread_entry(&config.thread_id, cp_key),
+            },
+            IndexOp::Add {
+                gref: g,
+                tokens: pack_list(&p.record.tokens),
+            },
+        ])
         .await?;
     let mut values = Vec::with_capacity(2 * p.chunks.len() + p.blobs.len());
     for (field, chunk) in p.chunks {
@@ -203,7 +209,11 @@ async fn put_single(
 ) -> Result<Option<Vec<Value>>> {
     let ns = config.checkpoint_ns.as_str();
     let keys = inner.thread_keys(&config.thread_id, true);
-    let global_index = global_index_args(&gref(id, &config.thread_id, ns), &p.record.tokens);
+    let global_index = global_index_args(
+        &thread_entry(&config.thread_id, &keys[CP]),
+        &gref(id, &config.thread_id, ns),
+        &p.record.tokens,
+    );
     let refusable = options.mode == PutMode::CompareAndSet || options.fence.is_some();
     // Chunks first (a manifest never names a chunk that is not there yet), then the
     // values, then, unless the script adds them once it accepts the put, the index entries.
@@ -408,6 +418,7 @@ async fn import_thread(inner: &Inner, tuples: &[CheckpointTuple]) -> Result<()> 
     };
     let thread = first.config.thread_id.as_str();
     let keys = inner.thread_keys(thread, true);
+    let entry = thread_entry(thread, &keys[CP]);
     let mut prelude = Vec::new();
     let mut records = Vec::with_capacity(tuples.len());
     let mut last: Option<(&str, &str, &ChannelVersions)> = None;
@@ -451,8 +462,11 @@ async fn import_thread(inner: &Inner, tuples: &[CheckpointTuple]) -> Result<()> 
         c.arg(&keys[MI]).arg(&p.thread_index);
         prelude.push(c);
         let mut c = redis::cmd("ZADD");
-        c.arg(&keys[GMI])
-            .arg(global_index_args(&gref(id, thread, ns), &p.record.tokens));
+        c.arg(&keys[GMI]).arg(global_index_args(
+            &entry,
+            &gref(id, thread, ns),
+            &p.record.tokens,
+        ));
         prelude.push(c);
         let mut c = redis::cmd("HSETNX");
         c.arg(&keys[CP]).arg(tref(id, ns)).arg(&p.record.bytes[..]);

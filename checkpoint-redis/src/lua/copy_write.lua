@@ -32,5 +32,6 @@ while i <= #ARGV do
     redis.call('ZADD', WI, 0, m)
   end
 end
+if INLINE and n > 0 then redis.call('ZADD', GMI, 0, '\3' .. ethread .. CP) end
 touch(ttl)
 return {'OK', added}

@@ -286,6 +286,30 @@ impl Args for ListArgs<'_> {
     }
 }
 
+/// `threads.lua`: one page of thread entries from `lo` (exclusive), checking on a single
+/// node that each thread still exists.
+pub(crate) struct ThreadsArgs {
+    pub(crate) lo: Vec<u8>,
+    pub(crate) want: usize,
+    pub(crate) budget: usize,
+    pub(crate) check: bool,
+}
+
+impl Args for ThreadsArgs {
+    fn script() -> &'static Lua {
+        &SCRIPTS.threads
+    }
+
+    fn argv(self) -> Vec<Vec<u8>> {
+        vec![
+            self.lo,
+            number(self.want),
+            number(self.budget),
+            flag(self.check),
+        ]
+    }
+}
+
 /// `gscan.lua`: one page of global references, every checkpoint (`tokens` empty) or those
 /// whose metadata has every token.
 pub(crate) struct GscanArgs<'a> {
@@ -332,6 +356,11 @@ pub(crate) enum IndexOp {
         cp_key: String,
         tref: Vec<u8>,
     },
+    /// Adds a thread's entry (`keys::thread_entry`) and records when (Cluster).
+    AddThread { entry: Vec<u8> },
+    /// Removes a thread entry whose thread was found gone, unless it was written within
+    /// the last `grace_ms` (Cluster: a put may be in flight).
+    RemoveThreadIfOld { entry: Vec<u8>, grace_ms: u64 },
 }
 
 /// `gindex.lua`: global index operations, applied in order.
@@ -353,6 +382,10 @@ impl Args for GindexArgs {
                 IndexOp::Remove { gref } => argv.extend([bytes("R"), gref]),
                 IndexOp::RemoveIfGone { gref, cp_key, tref } => {
                     argv.extend([bytes("X"), gref, bytes(cp_key), tref]);
+                }
+                IndexOp::AddThread { entry } => argv.extend([bytes("T"), entry]),
+                IndexOp::RemoveThreadIfOld { entry, grace_ms } => {
+                    argv.extend([bytes("U"), entry, number(grace_ms)]);
                 }
             }
         }

@@ -93,6 +93,7 @@ pub(crate) struct Scripts {
     pub(crate) delta: Lua,
     pub(crate) list: Lua,
     pub(crate) gscan: Lua,
+    pub(crate) threads: Lua,
     pub(crate) gindex: Lua,
     pub(crate) delete_thread: Lua,
     pub(crate) prune: Lua,
@@ -124,6 +125,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ),
     list: lua!("list", thread, ["guard", "base", "thread", "scan"]),
     gscan: lua!("gscan", global, ["base", "scan"]),
+    threads: lua!("threads", global, ["base"]),
     gindex: lua!("gindex", global, ["base", "global"]),
     delete_thread: lua!("delete_thread", thread, all),
     prune: lua!("prune", thread, all),
@@ -141,7 +143,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 
 impl Scripts {
     /// Every script, for preloading with `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Lua; 20] {
+    pub(crate) fn all(&self) -> [&Lua; 21] {
         [
             &self.put,
             &self.touch,
@@ -150,6 +152,7 @@ impl Scripts {
             &self.delta,
             &self.list,
             &self.gscan,
+            &self.threads,
             &self.gindex,
             &self.delete_thread,
             &self.prune,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use checkpoint_redis::RedisSaverBuilder;
 use common::{RedisFactory, cli, free_ports, redis_binaries, scratch_dir, spawn_server, watchdog};
+use futures::TryStreamExt;
 
 static CLUSTER: OnceLock<Result<Vec<String>, String>> = OnceLock::new();
 
@@ -164,6 +165,42 @@ fn threads_spread_over_primaries_and_each_thread_stays_in_one_slot() {
                 .await
                 .unwrap();
         assert_eq!(listed.len(), 24);
+
+        // The prefix is marked with the layout that has thread entries, and thread listings
+        // read them: a deleted thread is not listed, but its entry stays while a put may
+        // still be in flight (it was written less than 60 s ago).
+        let port: u16 = nodes[0].rsplit(':').next().unwrap().parse().unwrap();
+        let marker = cli(port, &["-c", "GET", &format!("{prefix}:{{%v}}:layout")]).unwrap();
+        assert_eq!(marker.trim(), "2");
+        let entries = || {
+            let global = format!("{prefix}:{{%g}}:mi");
+            let n = cli(port, &["-c", "ZLEXCOUNT", &global, "[\x03", "(\x04"]).unwrap();
+            n.trim().parse::<usize>().unwrap()
+        };
+        assert_eq!(entries(), 24);
+        saver.delete_thread("thread-0").await.unwrap();
+        let threads: Vec<String> = saver.list_threads().try_collect().await.unwrap();
+        assert_eq!(threads.len(), 23);
+        assert!(!threads.contains(&"thread-0".to_owned()));
+        let after: Vec<String> = saver
+            .list_threads_after("thread-19")
+            .try_collect()
+            .await
+            .unwrap();
+        let mut want: Vec<String> = (1..24).map(|i| format!("thread-{i}")).collect();
+        want.sort();
+        want.retain(|t| t.as_str() > "thread-19");
+        assert_eq!(after, want);
+        assert_eq!(after[..2], ["thread-2", "thread-20"]);
+        assert_eq!(entries(), 24, "a young entry of a gone thread is kept");
+        // Once the entries' times are old, the next listing removes the gone thread's.
+        let stamps = format!("{prefix}:{{%g}}:ts");
+        let age = "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
+                   redis.call('HSET', KEYS[1], f, 0) end";
+        cli(port, &["-c", "EVAL", age, "1", &stamps]).unwrap();
+        let threads: Vec<String> = saver.list_threads().try_collect().await.unwrap();
+        assert_eq!(threads.len(), 23);
+        assert_eq!(entries(), 23, "an old entry of a gone thread is removed");
         saver.purge().await.unwrap();
     });
 }

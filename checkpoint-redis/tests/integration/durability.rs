@@ -20,6 +20,7 @@ use checkpoint_core::{
 use checkpoint_redis::RedisSaverBuilder;
 use checkpoint_redis::redis;
 use common::{free_ports, redis_binaries, scratch_dir, spawn_server, watchdog};
+use futures::TryStreamExt;
 use serde_json::json;
 
 fn binaries_or_skip() -> bool {
@@ -582,21 +583,43 @@ fn a_server_that_would_evict_stored_threads_is_refused() {
             text.contains("allkeys-lru") && text.contains("noeviction"),
             "{text}"
         );
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let mut marker = async || -> Option<String> {
+            redis::cmd("GET")
+                .arg("evict:{%v}:layout")
+                .query_async(&mut admin)
+                .await
+                .unwrap()
+        };
+        assert_eq!(marker().await, None, "a refused build writes nothing");
         // Accepted on request: and then, over the limit, Redis deletes parts of threads,
         // which load without some of their values. This is what the check prevents.
         let saver = builder().allow_eviction(true).build().await.unwrap();
+        assert_eq!(
+            marker().await,
+            None,
+            "opening writes nothing to a server that evicts any key"
+        );
         let (stored, error) = fill(&saver, 200).await;
         assert!(error.is_none(), "{error:?}");
         let mut incomplete = 0;
+        let mut loading = Vec::new();
         for config in &stored {
             if let Some(t) = saver.get_tuple(config).await.unwrap() {
                 incomplete += usize::from(t.checkpoint.channel_values.len() != 2);
+                loading.push(config.thread_id.clone());
             }
         }
         assert!(
             incomplete > 0,
             "nothing was evicted: the test proves nothing"
         );
+        // The global index may be gone with the rest; thread listings scan the keys that
+        // are left instead of trusting it.
+        loading.sort();
+        let listed: Vec<String> = saver.list_threads().try_collect().await.unwrap();
+        assert_eq!(listed, loading);
     });
     let _ = server.kill();
 }

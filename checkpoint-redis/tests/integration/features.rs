@@ -11,6 +11,7 @@ use checkpoint_core::{
     CheckpointConfig, CheckpointMetadata, Error, ListOptions, PutOptions, Saver, SaverExt,
 };
 use checkpoint_redis::{RedisSaver, RedisSaverBuilder, ThreadTtl, redis};
+use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
 fn url() -> Option<String> {
@@ -96,11 +97,11 @@ fn a_prefix_written_in_a_newer_layout_is_refused() {
         let key = format!("{prefix}:{{%v}}:layout");
         // A new prefix is marked with the layout this build writes; opening it again is fine.
         let marker: Option<String> = admin(&url, redis::cmd("GET").arg(&key)).await;
-        assert_eq!(marker.as_deref(), Some("1"));
+        assert_eq!(marker.as_deref(), Some("2"));
         builder().build().await.unwrap();
 
         // A newer version wrote it (or something else wrote the key).
-        for found in ["2", "not a layout"] {
+        for found in ["3", "not a layout"] {
             let () = admin(&url, redis::cmd("SET").arg(&key).arg(found)).await;
             let e = builder().build().await.unwrap_err();
             assert!(matches!(e, Error::Backend { .. }), "{e:?}");
@@ -112,7 +113,7 @@ fn a_prefix_written_in_a_newer_layout_is_refused() {
             );
         }
         // Refusing changed nothing: the thread is there for a build that knows the layout.
-        let () = admin(&url, redis::cmd("SET").arg(&key).arg("1")).await;
+        let () = admin(&url, redis::cmd("SET").arg(&key).arg("2")).await;
         let saver = builder().build().await.unwrap();
         assert!(
             saver
@@ -124,6 +125,191 @@ fn a_prefix_written_in_a_newer_layout_is_refused() {
         saver.purge().await.unwrap();
         let marker: Option<String> = admin(&url, redis::cmd("GET").arg(&key)).await;
         assert_eq!(marker, None, "purge removes the marker with the rest");
+    });
+}
+
+/// The thread ids `list_threads` gives, collected.
+async fn thread_ids(saver: &RedisSaver) -> Vec<String> {
+    saver.list_threads().try_collect().await.unwrap()
+}
+
+#[test]
+fn thread_listings_read_the_index_not_the_key_space() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "thread-index").await;
+        for t in ["b", "a", "\0", "c{x}*"] {
+            put_one(&saver, t).await;
+        }
+        // A thread's record hash that no index entry names: a scan of the key space would
+        // list `stray`, the index does not.
+        let () = admin(
+            &url,
+            redis::cmd("HSET")
+                .arg(format!("{prefix}:{{stray}}:cp"))
+                .arg("f")
+                .arg("v"),
+        )
+        .await;
+        assert_eq!(thread_ids(&saver).await, ["\0", "a", "b", "c{x}*"]);
+        let after_a: Vec<String> = saver.list_threads_after("a").try_collect().await.unwrap();
+        assert_eq!(after_a, ["b", "c{x}*"]);
+
+        // Gone threads leave no entry behind once listed: deleted, expired.
+        saver.delete_thread("b").await.unwrap();
+        let global = format!("{prefix}:{{%g}}:mi");
+        let entries = || async {
+            let members: Vec<Vec<u8>> = admin(
+                &url,
+                redis::cmd("ZRANGEBYLEX")
+                    .arg(&global)
+                    .arg("[\x03")
+                    .arg("(\x04"),
+            )
+            .await;
+            members.len()
+        };
+        assert_eq!(
+            entries().await,
+            3,
+            "delete_thread removes the entry with the thread"
+        );
+        saver
+            .set_thread_ttl("a", ThreadTtl::Expire(Duration::from_millis(50)))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            entries().await,
+            3,
+            "an expired thread's entry stays until listed"
+        );
+        assert_eq!(thread_ids(&saver).await, ["\0", "c{x}*"]);
+        assert_eq!(entries().await, 2, "the listing removed it");
+        saver.purge().await.unwrap();
+    });
+}
+
+#[test]
+fn a_client_that_may_not_write_still_lists_threads() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let (saver, prefix) =
+            common::build_fresh(RedisSaverBuilder::new(url.clone()), "read-only").await;
+        put_one(&saver, "a").await;
+        put_one(&saver, "b").await;
+        saver
+            .set_thread_ttl("b", ThreadTtl::Expire(Duration::from_millis(50)))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A user who may read and run scripts, but not write.
+        let user = format!("ro-{}", prefix.replace([':', '/'], "-"));
+        let () = admin(
+            &url,
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&user)
+                .arg("on")
+                .arg("nopass")
+                .arg("~*")
+                .arg("+@read")
+                .arg("+@connection")
+                .arg("+@scripting")
+                .arg("+info")
+                .arg("-@write"),
+        )
+        .await;
+        let ro_url = url.replacen("redis://", &format!("redis://{user}:x@"), 1);
+        let reader = || RedisSaverBuilder::new(ro_url.clone()).key_prefix(prefix.clone());
+        let global = format!("{prefix}:{{%g}}:mi");
+        let entries = || async {
+            let n: usize = admin(
+                &url,
+                redis::cmd("ZLEXCOUNT")
+                    .arg(&global)
+                    .arg("[\x03")
+                    .arg("(\x04"),
+            )
+            .await;
+            n
+        };
+
+        // Layout 2: the index is read; the expired thread's entry cannot be removed by
+        // this client, and is skipped.
+        let ro = reader().build().await.unwrap();
+        assert_eq!(thread_ids(&ro).await, ["a"]);
+        assert_eq!(entries().await, 2, "the read-only listing removed nothing");
+
+        // Layout 1 that this client cannot bring up to date: it lists with a scan.
+        let layout = format!("{prefix}:{{%v}}:layout");
+        let () = admin(&url, redis::cmd("SET").arg(&layout).arg("1")).await;
+        let _: i64 = admin(&url, redis::cmd("DEL").arg(&global)).await;
+        let ro = reader().build().await.unwrap();
+        assert_eq!(thread_ids(&ro).await, ["a"]);
+        let marker: Option<String> = admin(&url, redis::cmd("GET").arg(&layout)).await;
+        assert_eq!(marker.as_deref(), Some("1"), "left as it was");
+
+        let _: i64 = admin(&url, redis::cmd("ACL").arg("DELUSER").arg(&user)).await;
+        saver.purge().await.unwrap();
+    });
+}
+
+#[test]
+fn a_prefix_of_layout_1_gets_its_thread_index_when_opened() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let prefix = common::unique_prefix("layout-1");
+        let builder = || RedisSaverBuilder::new(url.clone()).key_prefix(prefix.clone());
+        let saver = builder().build().await.unwrap();
+        // A new prefix (no global index) is marked at once.
+        let layout = format!("{prefix}:{{%v}}:layout");
+        let marker: Option<String> = admin(&url, redis::cmd("GET").arg(&layout)).await;
+        assert_eq!(marker.as_deref(), Some("2"));
+        let threads: Vec<String> = (0..300).map(|i| format!("t{i:03}")).collect();
+        for t in &threads {
+            put_one(&saver, t).await;
+        }
+        // What a build of layout 1 left: no thread entries, the mark 1 (or none at all).
+        let global = format!("{prefix}:{{%g}}:mi");
+        for mark in [Some("1"), None] {
+            let () = admin(
+                &url,
+                redis::cmd("ZREMRANGEBYLEX")
+                    .arg(&global)
+                    .arg("[\x03")
+                    .arg("(\x04"),
+            )
+            .await;
+            let () = match mark {
+                Some(m) => admin(&url, redis::cmd("SET").arg(&layout).arg(m)).await,
+                None => {
+                    let _: i64 = admin(&url, redis::cmd("DEL").arg(&layout)).await;
+                }
+            };
+            let reopened = builder().build().await.unwrap();
+            assert_eq!(thread_ids(&reopened).await, threads, "mark {mark:?}");
+            let marker: Option<String> = admin(&url, redis::cmd("GET").arg(&layout)).await;
+            assert_eq!(marker.as_deref(), Some("2"));
+            let entries: usize = admin(
+                &url,
+                redis::cmd("ZLEXCOUNT")
+                    .arg(&global)
+                    .arg("[\x03")
+                    .arg("(\x04"),
+            )
+            .await;
+            assert_eq!(entries, 300, "an entry per thread");
+            let page: Vec<String> = reopened
+                .list_threads_after("t149")
+                .take(2)
+                .try_collect()
+                .await
+                .unwrap();
+            assert_eq!(page, ["t150", "t151"]);
+        }
+        saver.purge().await.unwrap();
     });
 }
 
@@ -630,9 +816,13 @@ fn a_re_put_replaces_the_metadata_index_entries() {
         assert_eq!(members.len(), 3, "{members:?}");
         assert!(members.iter().any(|m| m.starts_with(b"kwho=%22y%22\0")));
         // The global index likewise: `\1 gref pack(tokens)` with the new tokens only, and
-        // the new token's entry; the checkpoint is listed once.
+        // the new token's entry; the checkpoint is listed once; and the thread's entry.
         let global = common::zrange_all(&mut conn, &format!("{prefix}:{{%g}}:mi")).await;
-        assert_eq!(global.len(), 2, "{global:?}");
+        assert_eq!(global.len(), 3, "{global:?}");
+        assert_eq!(
+            global.iter().filter(|m| m.starts_with(b"\x03t\0")).count(),
+            1
+        );
         assert!(global.iter().any(|m| m.starts_with(b"kwho=%22y%22\0")));
         let old_token = b"kwho=%22x%22";
         assert!(
