@@ -133,6 +133,19 @@ async fn thread_ids(saver: &RedisSaver) -> Vec<String> {
     saver.list_threads().try_collect().await.unwrap()
 }
 
+/// How many thread entries (`\3 ...`) the global index of `prefix` holds.
+async fn thread_entries(url: &str, prefix: &str) -> usize {
+    let global = format!("{prefix}:{{%g}}:mi");
+    admin(
+        url,
+        redis::cmd("ZLEXCOUNT")
+            .arg(global)
+            .arg("[\x03")
+            .arg("(\x04"),
+    )
+    .await
+}
+
 #[test]
 fn thread_listings_read_the_index_not_the_key_space() {
     let Some(url) = url() else { return };
@@ -158,18 +171,7 @@ fn thread_listings_read_the_index_not_the_key_space() {
 
         // Gone threads leave no entry behind once listed: deleted, expired.
         saver.delete_thread("b").await.unwrap();
-        let global = format!("{prefix}:{{%g}}:mi");
-        let entries = || async {
-            let members: Vec<Vec<u8>> = admin(
-                &url,
-                redis::cmd("ZRANGEBYLEX")
-                    .arg(&global)
-                    .arg("[\x03")
-                    .arg("(\x04"),
-            )
-            .await;
-            members.len()
-        };
+        let entries = || thread_entries(&url, &prefix);
         assert_eq!(
             entries().await,
             3,
@@ -224,17 +226,7 @@ fn a_client_that_may_not_write_still_lists_threads() {
         let ro_url = url.replacen("redis://", &format!("redis://{user}:x@"), 1);
         let reader = || RedisSaverBuilder::new(ro_url.clone()).key_prefix(prefix.clone());
         let global = format!("{prefix}:{{%g}}:mi");
-        let entries = || async {
-            let n: usize = admin(
-                &url,
-                redis::cmd("ZLEXCOUNT")
-                    .arg(&global)
-                    .arg("[\x03")
-                    .arg("(\x04"),
-            )
-            .await;
-            n
-        };
+        let entries = || thread_entries(&url, &prefix);
 
         // Layout 2: the index is read; the expired thread's entry cannot be removed by
         // this client, and is skipped.
@@ -292,15 +284,11 @@ fn a_prefix_of_layout_1_gets_its_thread_index_when_opened() {
             assert_eq!(thread_ids(&reopened).await, threads, "mark {mark:?}");
             let marker: Option<String> = admin(&url, redis::cmd("GET").arg(&layout)).await;
             assert_eq!(marker.as_deref(), Some("2"));
-            let entries: usize = admin(
-                &url,
-                redis::cmd("ZLEXCOUNT")
-                    .arg(&global)
-                    .arg("[\x03")
-                    .arg("(\x04"),
-            )
-            .await;
-            assert_eq!(entries, 300, "an entry per thread");
+            assert_eq!(
+                thread_entries(&url, &prefix).await,
+                300,
+                "an entry per thread"
+            );
             let page: Vec<String> = reopened
                 .list_threads_after("t149")
                 .take(2)
