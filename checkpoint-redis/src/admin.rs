@@ -66,7 +66,7 @@ pub(crate) async fn copy_thread(inner: &Inner, source: &str, target: &str) -> Re
     let mut global_ops = Vec::new();
     if inner.link.is_cluster() && !cp.is_empty() {
         global_ops.push(IndexOp::AddThread {
-            entry: thread_entry(target, &inner.layout.thread_keys(target)[CP]),
+            entry: thread_entry(target, &inner.layout.records_key(target)),
         });
     }
     for pair in cp.chunks(2) {

@@ -367,6 +367,12 @@ impl Layout {
             .collect()
     }
 
+    /// The key of a thread's checkpoint-record hash (`cp`): the key whose existence says
+    /// whether the thread holds a checkpoint.
+    pub(crate) fn records_key(&self, thread: &str) -> String {
+        format!("{}:{}", self.thread_base(thread), THREAD_KEY_SUFFIXES[CP])
+    }
+
     /// The global keys, in their own slot: the index (`mi`) and, on a Cluster, the times
     /// thread entries were last written (`ts`). `%g` cannot be the encoding of a thread id
     /// (`%` is always followed by two hex digits there).
@@ -560,7 +566,7 @@ mod tests {
         ];
         let entries: Vec<Vec<u8>> = ids
             .iter()
-            .map(|t| thread_entry(t, &l.thread_keys(t)[CP]))
+            .map(|t| thread_entry(t, &l.records_key(t)))
             .collect();
         let mut sorted = entries.clone();
         sorted.sort();
@@ -568,7 +574,7 @@ mod tests {
         for (t, e) in ids.iter().zip(&entries) {
             assert_eq!(
                 parse_thread_entry(e),
-                Some((t.to_string(), l.thread_keys(t)[CP].clone()))
+                Some((t.to_string(), l.records_key(t)))
             );
             // The exclusive start after `t` lies between its entry and the next one's.
             let lo = thread_entries_after(Some(t));
@@ -589,6 +595,7 @@ mod tests {
         let l = Layout::new("cp");
         let keys = l.thread_keys("a{b}*");
         assert!(keys.iter().all(|k| k.starts_with("cp:{a%7Bb%7D%2A}:")));
+        assert_eq!(l.records_key("a{b}*"), keys[CP]);
         assert_eq!(l.global_keys(), ["cp:{%g}:mi", "cp:{%g}:ts"]);
         assert!(valid_prefix("checkpoint:test-1/x"));
         assert!(!valid_prefix("a{b}"));

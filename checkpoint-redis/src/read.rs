@@ -482,7 +482,7 @@ async fn repair(inner: &Inner, dangling: Vec<(Vec<u8>, String, String, String)>)
             // Atomic check on the single node: remove only if the checkpoint is gone.
             ops.push(IndexOp::RemoveIfGone {
                 gref: raw,
-                cp_key: inner.layout.thread_keys(&thread)[CP].clone(),
+                cp_key: inner.layout.records_key(&thread),
                 tref: tref(&id, &ns),
             });
         }

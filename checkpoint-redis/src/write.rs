@@ -157,7 +157,8 @@ pub(crate) async fn put(
 
 /// A Cluster put: the global index entries of the thread and the checkpoint first (an
 /// entry without its checkpoint is invisible, since reads check; a checkpoint without its
-/// entries would be missing from global and thread lists), then `put.lua` in the thread's slot with the values as arguments.
+/// entries would be missing from global and thread lists), then `put.lua` in the thread's
+/// slot with the values as arguments.
 async fn put_cluster(
     inner: &Inner,
     config: &CheckpointConfig,
@@ -166,11 +167,11 @@ async fn put_cluster(
     options: &PutOptions,
 ) -> Result<Vec<Value>> {
     let g = gref(id, &config.thread_id, &config.checkpoint_ns);
-    let cp_key = &inner.layout.thread_keys(&config.thread_id)[CP];
+    let cp_key = inner.layout.records_key(&config.thread_id);
     inner
         .gindex(vec![
             IndexOp::AddThread {
-                entry: thread_entry(&config.thread_id, cp_key),
+                entry: thread_entry(&config.thread_id, &cp_key),
             },
             IndexOp::Add {
                 gref: g,

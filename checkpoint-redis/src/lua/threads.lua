@@ -1,9 +1,10 @@
 -- One page of thread ids from the global index's thread entries (`\3 esc(thread) cp_key`),
 -- in order from `lo` (a `ZRANGEBYLEX` start). With `check` (single node), an entry whose
 -- `cp_key` is gone (the thread expired, or lost its last checkpoint) is removed, atomically
--- with the check (where this client may write), and not returned; without it (Cluster, where those keys live in other
--- slots) every entry is returned and the client checks. At most `budget` entries are
--- examined. Returns {entries, last entry examined, 1 when the index has no more}.
+-- with the check (where this client may write), and not returned; without it (Cluster,
+-- where those keys live in other slots) every entry is returned and the client checks. At
+-- most `budget` entries are examined. Returns {entries, last entry examined, 1 when the
+-- index has no more}.
 -- Arguments: `ThreadsArgs` in scripts.rs.
 local lo, want, budget, check = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local HI_ENTRY = '(\4'
