@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 /// Measures `checkpoint migrate` (PostgreSQL → Redis, Redis → PostgreSQL) and `checkpoint
 /// verify` on W1-shaped data sets; prints one JSON report.
 #[derive(Debug, Parser)]
-#[command(name = "migrate-bench", version, about)]
+#[command(name = "migrate-bench", version)]
 struct Cli {
     /// PostgreSQL server (its `postgres` database); the bench creates and drops the
     /// databases `cpmig_src` and `cpmig_dst`.

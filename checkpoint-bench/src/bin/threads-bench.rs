@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 /// Measures `list_threads` and one page of `list_threads_after` on stores of growing size;
 /// prints one JSON report.
 #[derive(Debug, Parser)]
-#[command(name = "threads-bench", version, about)]
+#[command(name = "threads-bench", version)]
 struct Cli {
     /// The backend (`memory`, `sqlite`, `postgres`, `redis`, `mongo`, as built).
     #[arg(long, default_value = "memory")]
