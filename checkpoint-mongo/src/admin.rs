@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
+use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
 use mongodb::{ClientSession, Collection};
 
 use checkpoint_core::{Error, PruneStrategy, Result, delta};
@@ -506,10 +506,37 @@ async fn copy_docs(inner: &Inner, source: &str, target: &str) -> Result<(), Mong
         d.insert("c", c);
         batch.push(d);
         if batch.len() >= COPY_BATCH {
-            insert_keeping_existing(&inner.checkpoints, &mut batch).await?;
+            insert_checkpoints(inner, target, &mut batch).await?;
         }
     }
-    insert_keeping_existing(&inner.checkpoints, &mut batch).await
+    insert_checkpoints(inner, target, &mut batch).await
+}
+
+/// Inserts checkpoint documents of `thread`, keeping any that exist already, after the head
+/// documents of their namespaces (expiring no earlier than they do, and never when one of
+/// them never does): the heads list the threads (see `read::list_threads`).
+async fn insert_checkpoints(
+    inner: &Inner,
+    thread: &str,
+    docs: &mut Vec<Document>,
+) -> Result<(), MongoError> {
+    let mut heads: BTreeMap<&str, Option<DateTime>> = BTreeMap::new();
+    for d in docs.iter() {
+        let x = d.get_datetime("x").ok().copied();
+        heads
+            .entry(d.get_str("n").unwrap_or_default())
+            .and_modify(|latest| {
+                *latest = match (*latest, x) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                }
+            })
+            .or_insert(x);
+    }
+    for (ns, x) in heads {
+        crate::write::ensure_head(inner, thread, ns, x).await?;
+    }
+    insert_keeping_existing(&inner.checkpoints, docs).await
 }
 
 /// Copies one pending-writes document into the target: as is when the target has none for

@@ -24,9 +24,9 @@ pub(crate) struct Inner {
     pub(crate) leases: Collection<Document>,
     pub(crate) ledger: Collection<Document>,
     pub(crate) layout: Collection<Document>,
-    /// Set once the collections' stored layout was found to be one this build knows (by
-    /// `setup`, or before the saver's first operation: see `schema::ready`).
-    pub(crate) layout_known: tokio::sync::OnceCell<()>,
+    /// The collections' stored layout once it was found to be one this build knows (by
+    /// `setup`, or before the saver's first operation: see `schema::ready`); 0 before.
+    pub(crate) layout_version: std::sync::atomic::AtomicI64,
     /// Whether a put may try the client-level `bulkWrite` command (MongoDB 8.0+): starts as
     /// [`MongoConfig::bulk_write`], cleared for good the first time the driver finds the
     /// server too old for it (before sending anything) or the server does not know it.

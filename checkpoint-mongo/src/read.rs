@@ -263,8 +263,12 @@ struct ListState {
 /// [`paged_keys`](checkpoint_core::backend::paged_keys)).
 const THREAD_PAGE: usize = 1000;
 
-/// `list_threads`: keyset pages of the distinct `t` of the checkpoint documents (the
-/// `thread_order` index), grouped on the server; no checkpoint is read.
+/// `list_threads`: keyset pages of thread ids, read from the head documents (one per
+/// `(thread, namespace)` that was written, in the order of their `thread_ns` index), each
+/// thread checked for a checkpoint with one index lookup; no checkpoint is read. On
+/// collections of layout 1, which wrote no head for some threads (see `schema::LAYOUT`),
+/// the distinct `t` of the checkpoint documents instead, which costs a pass over the
+/// checkpoints after `after`.
 pub(crate) fn list_threads(
     inner: Arc<Inner>,
     after: Option<&str>,
@@ -273,33 +277,110 @@ pub(crate) fn list_threads(
     checkpoint_core::backend::paged_keys(THREAD_PAGE, after, move |after, want| {
         let inner = Arc::clone(&inner);
         async move {
-            let want = i64::try_from(want).unwrap_or(i64::MAX);
-            let mut cursor = inner
-                .checkpoints
-                .aggregate([
-                    doc! { "$match": { "t": { "$gt": after.unwrap_or_default() } } },
-                    doc! { "$group": { "_id": "$t" } },
-                    doc! { "$sort": { "_id": 1 } },
-                    doc! { "$limit": want },
-                ])
-                .await
-                .map_err(MongoError::from)?;
-            let mut ids = Vec::new();
-            while let Some(d) = cursor.try_next().await.map_err(MongoError::from)? {
-                match d.get("_id") {
-                    Some(Bson::String(t)) => ids.push(t.clone()),
-                    other => {
-                        return Err(MongoError::corrupt(
-                            "checkpoint document",
-                            format!("field t is {other:?}, not a string"),
-                        )
-                        .into());
-                    }
-                }
-            }
-            Ok(ids)
+            let layout = inner
+                .layout_version
+                .load(std::sync::atomic::Ordering::Relaxed);
+            let ids = if layout >= crate::schema::LAYOUT_HEADS_LIST_THREADS {
+                threads_from_heads(&inner, after.unwrap_or_default(), want).await
+            } else {
+                threads_from_checkpoints(&inner, after.unwrap_or_default(), want).await
+            };
+            Ok(ids?)
         }
     })
+}
+
+/// The first `want` threads after `after` that hold a checkpoint, from the head documents.
+/// A head may outlive its namespace's checkpoints (all deleted by `delete_for_runs`, expired,
+/// or a put that failed after writing it), so each thread is checked with an index lookup
+/// of one of its checkpoints, and the next `want` heads are read until `want` threads are
+/// found or none remain.
+async fn threads_from_heads(
+    inner: &Inner,
+    mut after: String,
+    want: usize,
+) -> Result<Vec<String>, MongoError> {
+    let ask = i64::try_from(want).unwrap_or(i64::MAX);
+    let mut ids = Vec::new();
+    while ids.len() < want {
+        let mut cursor = inner
+            .heads
+            .aggregate([
+                doc! { "$match": { "t": { "$gt": after.as_str() } } },
+                doc! { "$sort": { "t": 1, "n": 1 } },
+                doc! { "$limit": ask },
+                doc! { "$group": { "_id": "$t", "heads": { "$sum": 1 } } },
+                doc! { "$sort": { "_id": 1 } },
+                doc! { "$lookup": {
+                    "from": inner.names.checkpoints.as_str(),
+                    "localField": "_id",
+                    "foreignField": "t",
+                    "pipeline": [{ "$limit": 1 }, { "$project": { "_id": 1 } }],
+                    "as": "c",
+                } },
+                doc! { "$project": { "heads": 1, "live": { "$gt": [{ "$size": "$c" }, 0] } } },
+            ])
+            .await?;
+        let mut heads = 0_i64;
+        while let Some(d) = cursor.try_next().await? {
+            let thread = thread_id(&d, "head document")?;
+            heads += match d.get("heads") {
+                Some(Bson::Int32(n)) => i64::from(*n),
+                Some(Bson::Int64(n)) => *n,
+                other => {
+                    return Err(MongoError::corrupt(
+                        "head document",
+                        format!("a thread's count of heads is {other:?}"),
+                    ));
+                }
+            };
+            if d.get_bool("live").unwrap_or(false) {
+                ids.push(thread.clone());
+            }
+            after = thread;
+        }
+        if heads < ask {
+            break;
+        }
+    }
+    // The rest is read again after the last id returned.
+    ids.truncate(want);
+    Ok(ids)
+}
+
+/// The first `want` distinct `t` after `after` of the checkpoint documents (the
+/// `thread_order` index), grouped on the server.
+async fn threads_from_checkpoints(
+    inner: &Inner,
+    after: String,
+    want: usize,
+) -> Result<Vec<String>, MongoError> {
+    let want = i64::try_from(want).unwrap_or(i64::MAX);
+    let mut cursor = inner
+        .checkpoints
+        .aggregate([
+            doc! { "$match": { "t": { "$gt": after } } },
+            doc! { "$group": { "_id": "$t" } },
+            doc! { "$sort": { "_id": 1 } },
+            doc! { "$limit": want },
+        ])
+        .await?;
+    let mut ids = Vec::new();
+    while let Some(d) = cursor.try_next().await? {
+        ids.push(thread_id(&d, "checkpoint document")?);
+    }
+    Ok(ids)
+}
+
+/// The thread id a listing's group document holds as its `_id`.
+fn thread_id(group: &Document, what: &'static str) -> Result<String, MongoError> {
+    match group.get("_id") {
+        Some(Bson::String(t)) => Ok(t.clone()),
+        other => Err(MongoError::corrupt(
+            what,
+            format!("field t is {other:?}, not a string"),
+        )),
+    }
 }
 
 /// `list`: pages of `list_page_size` checkpoints (fewer when a limit remains), each page

@@ -92,7 +92,7 @@ impl MongoSaver {
             leases: coll(&names.leases),
             ledger: coll(&names.ledger),
             layout: coll(&names.layout),
-            layout_known: tokio::sync::OnceCell::new(),
+            layout_version: std::sync::atomic::AtomicI64::new(0),
             bulk_write: std::sync::atomic::AtomicBool::new(config.bulk_write),
             retention: crate::delta::RetentionMemo::new(),
             client,

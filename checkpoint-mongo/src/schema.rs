@@ -2,6 +2,7 @@
 //! (`MongoSaver::setup`) and dropping the collections.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use checkpoint_core::Result;
@@ -112,23 +113,31 @@ pub(crate) async fn setup(i: &Inner) -> Result<()> {
 /// The stored layout this build writes and reads (documents, fields, indexes). A version
 /// that stores anything differently writes a greater number, so that builds before it
 /// refuse the collections instead of misreading them.
-const LAYOUT: i64 = 1;
+///
+/// * 1: the first.
+/// * 2: every `(thread, namespace)` that holds a checkpoint has its head document (layout 1
+///   wrote none for copied threads or without transactions), so the heads list the threads
+///   (see `read::list_threads`).
+const LAYOUT: i64 = 2;
+
+/// The first layout whose head documents list every thread.
+pub(crate) const LAYOUT_HEADS_LIST_THREADS: i64 = 2;
 
 /// The `_id` of the layout document.
 const LAYOUT_ID: &str = "layout";
 
-/// Refuses collections whose layout document names a layout this build does not know
-/// (absent: not set up yet, or set up before the document existed, which is layout 1).
-async fn check_layout(i: &Inner) -> Result<()> {
+/// The layout the collections are in (1 when no layout document exists: not set up yet, or
+/// set up before the document existed); an error for a layout this build does not know.
+async fn check_layout(i: &Inner) -> Result<i64> {
     let found = i
         .layout
         .find_one(doc! { "_id": LAYOUT_ID })
         .await
         .map_err(driver)?;
-    let Some(found) = found else { return Ok(()) };
+    let Some(found) = found else { return Ok(1) };
     match found.get("v") {
-        Some(Bson::Int32(v)) if (1..=LAYOUT).contains(&i64::from(*v)) => Ok(()),
-        Some(Bson::Int64(v)) if (1..=LAYOUT).contains(v) => Ok(()),
+        Some(Bson::Int32(v)) if (1..=LAYOUT).contains(&i64::from(*v)) => Ok(i64::from(*v)),
+        Some(Bson::Int64(v)) if (1..=LAYOUT).contains(v) => Ok(*v),
         v => Err(MongoError::LayoutTooNew {
             found: v.map_or_else(|| "(none)".to_owned(), ToString::to_string),
             known: LAYOUT,
@@ -138,14 +147,20 @@ async fn check_layout(i: &Inner) -> Result<()> {
 }
 
 /// Checks, once per saver and before its first operation, that the collections are in a
-/// stored layout this build knows (as `setup` does): a saver opened without `setup` must
-/// not write next to a newer version's documents or misread them. A failed check (a newer
-/// layout, or no answer) is made again by the next operation.
-pub(crate) async fn ready(i: &Inner) -> Result<()> {
-    i.layout_known
-        .get_or_try_init(|| check_layout(i))
-        .await
-        .map(|&()| ())
+/// stored layout this build knows (as `setup` does), and returns it: a saver opened without
+/// `setup` must not write next to a newer version's documents or misread them. A failed
+/// check (a newer layout, or no answer) is made again by the next operation.
+pub(crate) async fn ready(i: &Inner) -> Result<i64> {
+    match i.layout_version.load(Ordering::Relaxed) {
+        0 => {
+            let found = check_layout(i).await?;
+            // A `setup` that ran meanwhile recorded its own, newer, finding.
+            Ok(i.layout_version
+                .fetch_max(found, Ordering::Relaxed)
+                .max(found))
+        }
+        known => Ok(known),
+    }
 }
 
 /// `items` once [`ready`] passed; its error otherwise (and nothing of `items`).
@@ -154,7 +169,7 @@ pub(crate) fn after_ready<T: Send + 'static>(
     items: BoxStream<'static, Result<T>>,
 ) -> BoxStream<'static, Result<T>> {
     let i = Arc::clone(i);
-    stream::once(async move { ready(&i).await.map(|()| items) })
+    stream::once(async move { ready(&i).await.map(|_| items) })
         .try_flatten()
         .boxed()
 }
@@ -212,24 +227,99 @@ async fn own_chunks(i: &Inner) -> Result<()> {
     Ok(())
 }
 
-/// Records [`LAYOUT`] where no layout is recorded yet, then checks the recorded one.
+/// Brings the collections to [`LAYOUT`]: checks the recorded layout, makes what the layouts
+/// before it lack (the head documents of layout 2, see [`index_threads`]), then records
+/// [`LAYOUT`]. Run by every `setup`; a no-op (one read) on collections already there.
+///
+/// Processes of a build that knows only layout 1 refuse the collections from their next
+/// saver on, but a saver of theirs already open goes on writing without heads: upgrade
+/// with them stopped.
 async fn mark_layout(i: &Inner) -> Result<()> {
+    if check_layout(i).await? < LAYOUT_HEADS_LIST_THREADS {
+        index_threads(i).await?;
+    }
     let mark = i
         .layout
         .update_one(
-            doc! { "_id": LAYOUT_ID },
-            doc! { "$setOnInsert": { "v": LAYOUT } },
+            doc! { "_id": LAYOUT_ID, "$or": [
+                { "v": { "$exists": false } },
+                { "v": { "$lt": LAYOUT } },
+            ] },
+            doc! { "$set": { "v": LAYOUT } },
         )
         .upsert(true)
         .await;
     match mark {
         Ok(_) => {}
-        // Inserted concurrently by another process: fine.
+        // Marked already (by this build, another process or a newer build, which the
+        // check below refuses): the filter did not match and the upsert met the `_id`.
         Err(e) if crate::error::codes(&e).contains(&crate::error::DUPLICATE_KEY) => {}
         Err(e) => return Err(driver(e)),
     }
-    check_layout(i).await?;
-    let _ = i.layout_known.set(());
+    let found = check_layout(i).await?;
+    i.layout_version.store(found, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Writes the head document of every `(thread, namespace)` that holds checkpoints and has
+/// none (layout 1 wrote none for copied threads or without transactions), or whose expiry
+/// comes before that of one of its checkpoints: one grouping pass over the checkpoints,
+/// joined with the heads on their `t` index; writes only what is missing.
+async fn index_threads(i: &Inner) -> Result<()> {
+    let mut missing = i
+        .checkpoints
+        .aggregate([
+            doc! { "$group": {
+                "_id": { "t": "$t", "n": "$n" },
+                "x": { "$max": "$x" },
+                // Whether some checkpoint never expires.
+                "open": { "$max": { "$cond": [
+                    { "$in": [{ "$type": "$x" }, ["missing", "null"]] }, 1, 0,
+                ] } },
+            } },
+            // The thread's heads (the `t` index), then the namespace's among them.
+            doc! { "$lookup": {
+                "from": i.names.heads.as_str(),
+                "localField": "_id.t",
+                "foreignField": "t",
+                "pipeline": [{ "$project": { "_id": 0, "n": 1, "x": 1 } }],
+                "as": "h",
+            } },
+            doc! { "$set": { "h": {
+                "$filter": { "input": "$h", "cond": { "$eq": ["$$this.n", "$_id.n"] } },
+            } } },
+            // No head; one that expires while a checkpoint never does; one that expires
+            // before the latest checkpoint.
+            doc! { "$match": { "$expr": { "$or": [
+                { "$eq": [{ "$size": "$h" }, 0] },
+                { "$and": [
+                    { "$gt": [{ "$size": { "$ifNull": ["$h.x", []] } }, 0] },
+                    { "$or": [
+                        { "$eq": ["$open", 1] },
+                        { "$lt": [{ "$max": "$h.x" }, "$x"] },
+                    ] },
+                ] },
+            ] } } },
+        ])
+        .allow_disk_use(true)
+        .await
+        .map_err(driver)?;
+    while let Some(group) = missing.try_next().await.map_err(driver)? {
+        let key = group.get_document("_id").ok();
+        let (Some(Ok(t)), Some(Ok(n))) = (key.map(|k| k.get_str("t")), key.map(|k| k.get_str("n")))
+        else {
+            return Err(MongoError::corrupt(
+                "checkpoint document",
+                format!("thread or namespace is not a string: {group}"),
+            )
+            .into());
+        };
+        let x = match group.get("open") {
+            Some(Bson::Int32(0)) | Some(Bson::Int64(0)) => group.get_datetime("x").ok().copied(),
+            _ => None,
+        };
+        crate::write::ensure_head(i, t, n, x).await?;
+    }
     Ok(())
 }
 

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
 use mongodb::error::ErrorKind;
-use mongodb::options::{InsertOneModel, ReplaceOneModel, UpdateManyModel, WriteModel};
+use mongodb::options::{
+    InsertOneModel, ReplaceOneModel, UpdateManyModel, UpdateOneModel, WriteModel,
+};
 use mongodb::{ClientSession, Collection};
 
 use checkpoint_core::writes::{replaces_existing, write_index};
@@ -217,20 +219,10 @@ async fn put_in_transaction(
     // Every put of this (thread, namespace) writes its head document, so concurrent puts
     // conflict and one retries: a compare-and-set reads a head no other put can change
     // before it commits.
-    let mut update = doc! { "$inc": { "w": 1_i64 } };
-    if let Some(x) = p.value_expiry {
-        update.insert("$max", doc! { "x": x });
-    }
+    let (filter, update) = head_upsert(&p.thread_id, &p.ns, p.value_expiry, true);
     inner
         .heads
-        .update_one(
-            doc! {
-                "_id": keys::doc_id(&[&p.thread_id, &p.ns]),
-                "t": p.thread_id.as_str(),
-                "n": p.ns.as_str(),
-            },
-            update,
-        )
+        .update_one(filter, update)
         .upsert(true)
         .session(&mut *s)
         .await
@@ -271,7 +263,7 @@ async fn put_in_transaction(
         todo.retain(|(d, _)| !existing.contains(d.get_str("_id").unwrap_or_default()));
     }
     if inner.bulk_write.load(Ordering::Relaxed) {
-        return match bulk(inner, put_models(inner, p, &todo), Some(&mut *s)).await {
+        return match bulk(inner, put_models(inner, p, &todo, false), Some(&mut *s)).await {
             Ok(()) => Ok(()),
             // A value stored already (a repeated put) or a racing upsert of the checkpoint:
             // the transaction is aborted; run it again, skipping the values that exist.
@@ -330,6 +322,66 @@ async fn put_in_transaction(
     Ok(())
 }
 
+/// The filter and update (a pipeline) that give `(thread, ns)` its head document, counting
+/// the write in `w` when `bump` (a put in a transaction: its conflict point), and keep the
+/// head's expiry `x` no earlier than that of any checkpoint of the namespace: a checkpoint
+/// that expires at `x` pushes it out to `x` (a new head gets it), one that never expires
+/// (`None`) removes it, and a head that exists without one keeps none. The heads list the
+/// threads (see `read::list_threads`), so every write of a checkpoint document writes its
+/// head first; with nothing to change the update is a no-op.
+fn head_upsert(
+    thread: &str,
+    ns: &str,
+    x: Option<DateTime>,
+    bump: bool,
+) -> (Document, Vec<Document>) {
+    let filter = doc! { "_id": keys::doc_id(&[thread, ns]), "t": thread, "n": ns };
+    let w = if bump {
+        Bson::from(doc! { "$add": [{ "$ifNull": ["$w", 0_i64] }, 1_i64] })
+    } else {
+        Bson::from(doc! { "$ifNull": ["$w", 0_i64] })
+    };
+    let x = match x {
+        None => Bson::from("$$REMOVE"),
+        Some(x) => Bson::from(doc! { "$cond": [
+            // An existing head (it has `w`) without an expiry.
+            { "$and": [
+                { "$ne": [{ "$type": "$w" }, "missing"] },
+                { "$eq": [{ "$type": "$x" }, "missing"] },
+            ] },
+            "$$REMOVE",
+            { "$max": ["$x", x] },
+        ] }),
+    };
+    (filter, vec![doc! { "$set": { "w": w, "x": x } }])
+}
+
+/// Writes the head document of `(thread, ns)` for a checkpoint expiring at `x` (`None`:
+/// never; see [`head_upsert`]), outside a transaction.
+pub(crate) async fn ensure_head(
+    inner: &Inner,
+    thread: &str,
+    ns: &str,
+    x: Option<DateTime>,
+) -> Result<(), MongoError> {
+    let (filter, update) = head_upsert(thread, ns, x, false);
+    // Two upserts racing on a missing head: one inserts it, the other may fail on the
+    // `_id` and then finds it.
+    for attempt in 0..2 {
+        let upsert = inner
+            .heads
+            .update_one(filter.clone(), update.clone())
+            .upsert(true)
+            .await;
+        match upsert {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt == 0 && crate::error::is_duplicate_key(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Why a put's `bulkWrite` did not complete.
 enum BulkFailed {
     /// The server predates the command (MongoDB 8.0) or does not know it; nothing was
@@ -374,10 +426,14 @@ async fn bulk(
 
 /// A put's writes, in the order a reader needs them: the chunks and documents of the values
 /// in `todo`, the TTL refresh of every value the checkpoint names, the checkpoint document.
+/// The writes of a put, in order, for one client-level `bulkWrite`: chunks, values, expiry
+/// refreshes, the namespace's head document when `head` (a put in a transaction writes it
+/// first, see `put_in_transaction`), the checkpoint last.
 fn put_models(
     inner: &Inner,
     p: &PreparedPut,
     todo: &[&(Document, Option<PendingChunks>)],
+    head: bool,
 ) -> Vec<WriteModel> {
     let insert = |coll: &mongodb::Collection<Document>, d: &Document| {
         WriteModel::from(
@@ -400,6 +456,18 @@ fn put_models(
                 .namespace(coll.namespace())
                 .filter(filter)
                 .update(doc! { "$max": { "x": x } })
+                .build()
+                .into(),
+        );
+    }
+    if head {
+        let (filter, update) = head_upsert(&p.thread_id, &p.ns, p.value_expiry, false);
+        models.push(
+            UpdateOneModel::builder()
+                .namespace(inner.heads.namespace())
+                .filter(filter)
+                .update(update)
+                .upsert(true)
                 .build()
                 .into(),
         );
@@ -536,7 +604,7 @@ async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
     // are written only for values not stored yet.
     if inner.bulk_write.load(Ordering::Relaxed) && p.values.iter().all(|(_, c)| c.is_none()) {
         let todo: Vec<&(Document, Option<PendingChunks>)> = p.values.iter().collect();
-        match bulk(inner, put_models(inner, p, &todo), None).await {
+        match bulk(inner, put_models(inner, p, &todo, true), None).await {
             Ok(()) => return Ok(()),
             Err(BulkFailed::Driver(e)) if !only_duplicate_keys(&e) => return Err(e.into()),
             Err(_) => {}
@@ -586,6 +654,7 @@ async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
         coll.update_many(filter, doc! { "$max": { "x": x } })
             .await?;
     }
+    ensure_head(inner, &p.thread_id, &p.ns, p.value_expiry).await?;
     inner
         .checkpoints
         .replace_one(

@@ -290,7 +290,7 @@ async def test_code_written_for_langgraphs_savers_runs_with_the_import_swapped(
                 db = client[options["db_name"]]
                 prefix = options["collection_prefix"]
                 assert "thread_ns_id" in db[f"{prefix}checkpoints"].index_information()
-                assert db[f"{prefix}checkpoint_layout"].find_one({"_id": "layout"})["v"] == 1
+                assert db[f"{prefix}checkpoint_layout"].find_one({"_id": "layout"})["v"] == 2
         graph = review_graph(effects).compile(checkpointer=checkpointer)
         assert "__interrupt__" in graph.invoke({"request": "rebalance?"}, config)
     assert checkpointer.closed

@@ -134,11 +134,11 @@ async fn collections_in_a_newer_layout_are_refused_at_setup_and_first_use() {
         .database()
         .collection::<Document>(&s.config().collection_names().layout);
     let marker = || async { layout.find_one(doc! {}).await.unwrap().unwrap() };
-    assert_eq!(marker().await, doc! {"_id": "layout", "v": 1_i64});
+    assert_eq!(marker().await, doc! {"_id": "layout", "v": 2_i64});
     s.setup().await.unwrap();
 
     // A newer version set the collections up (or something else wrote the document).
-    for v in [doc! {"v": 2_i64}, doc! {"v": "two"}, doc! {}] {
+    for v in [doc! {"v": 3_i64}, doc! {"v": "three"}, doc! {}] {
         layout
             .replace_one(doc! {"_id": "layout"}, v.clone())
             .await
@@ -873,4 +873,237 @@ async fn the_integrity_scan_finds_a_lost_value_a_lost_chunk_and_orphan_writes() 
         "{scan:?}"
     );
     drop_saver(&s).await;
+}
+
+/// Puts one checkpoint (no values) on `thread` in namespace `ns`.
+async fn put_empty(s: &MongoSaver, thread: &str, ns: &str) {
+    s.put(
+        &CheckpointConfig::new(thread).with_ns(ns),
+        Checkpoint::new(),
+        CheckpointMetadata::new(),
+        Default::default(),
+        PutOptions::new(),
+    )
+    .await
+    .unwrap();
+}
+
+async fn threads(s: &MongoSaver) -> Vec<String> {
+    s.list_threads().try_collect().await.unwrap()
+}
+
+/// `(t, n, x)` of every head document, in order.
+async fn heads(s: &MongoSaver) -> Vec<(String, String, Option<DateTime>)> {
+    let mut all: Vec<_> = docs(s, &s.config().collection_names().heads, doc! {})
+        .await
+        .into_iter()
+        .map(|d| {
+            (
+                d.get_str("t").unwrap().to_owned(),
+                d.get_str("n").unwrap().to_owned(),
+                d.get_datetime("x").ok().copied(),
+            )
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+#[tokio::test]
+async fn a_store_of_layout_1_gets_the_heads_that_list_its_threads_at_setup() {
+    if skip("a_store_of_layout_1_gets_the_heads_that_list_its_threads_at_setup") {
+        return;
+    }
+    let c = client().await;
+    let s = saver_with(&c, |c| c).await;
+    let names = s.config().collection_names();
+    for (thread, ns) in [("a", ""), ("b", ""), ("b", "sub"), ("c", "sub")] {
+        put_empty(&s, thread, ns).await;
+    }
+    // Layout 1 wrote no head for copied threads nor without transactions, and a head may
+    // outlive its checkpoints.
+    let db = s.database();
+    db.collection::<Document>(&names.heads)
+        .delete_many(doc! { "$or": [{ "t": "b", "n": "sub" }, { "t": "c" }] })
+        .await
+        .unwrap();
+    db.collection::<Document>(&names.heads)
+        .insert_one(doc! { "_id": r#"["gone",""]"#, "t": "gone", "n": "", "w": 1_i64 })
+        .await
+        .unwrap();
+    // The latest expiry of c's checkpoints is what its head must keep.
+    let later = DateTime::from_millis(DateTime::now().timestamp_millis() + 3_600_000);
+    db.collection::<Document>(&names.checkpoints)
+        .update_one(doc! { "t": "c" }, doc! { "$set": { "x": later } })
+        .await
+        .unwrap();
+    let layout = db.collection::<Document>(&names.layout);
+    layout
+        .update_one(doc! { "_id": "layout" }, doc! { "$set": { "v": 1_i64 } })
+        .await
+        .unwrap();
+
+    // Opened without setup, a saver reads such a store's threads from its checkpoints.
+    let old = MongoSaver::from_client(c.clone(), s.config().clone())
+        .await
+        .unwrap();
+    assert_eq!(threads(&old).await, ["a", "b", "c"]);
+    assert_eq!(
+        old.list_threads_after("a")
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap(),
+        ["b", "c"]
+    );
+
+    // Setup writes the missing heads, then marks layout 2; the heads list the threads.
+    old.setup().await.unwrap();
+    let v = layout.find_one(doc! {}).await.unwrap().unwrap();
+    assert_eq!(v.get_i64("v").unwrap(), 2, "{v}");
+    let found = heads(&old).await;
+    let keys: Vec<(&str, &str)> = found
+        .iter()
+        .map(|(t, n, _)| (t.as_str(), n.as_str()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("a", ""),
+            ("b", ""),
+            ("b", "sub"),
+            ("c", "sub"),
+            ("gone", "")
+        ]
+    );
+    assert_eq!(found[3].2, Some(later));
+    assert_eq!(threads(&old).await, ["a", "b", "c"]);
+    // Idempotent: a second setup writes nothing more.
+    old.setup().await.unwrap();
+    assert_eq!(heads(&old).await, found);
+    // The listing reads the heads now, in this saver and a new one: a thread whose heads
+    // are gone is not found.
+    db.collection::<Document>(&names.heads)
+        .delete_many(doc! { "t": "c" })
+        .await
+        .unwrap();
+    assert_eq!(threads(&old).await, ["a", "b"]);
+    let new = MongoSaver::from_client(c.clone(), s.config().clone())
+        .await
+        .unwrap();
+    assert_eq!(threads(&new).await, ["a", "b"]);
+    drop_saver(&s).await;
+}
+
+/// Checks that the four heads of `heads_expire_no_earlier_than_their_checkpoints` expire no
+/// earlier than their checkpoints: never for the threads holding a checkpoint without an
+/// expiry.
+async fn check_head_expiry(s: &MongoSaver) {
+    let found = heads(s).await;
+    assert_eq!(found.len(), 4, "{found:?}");
+    for (t, _, x) in found {
+        let names = s.config().collection_names();
+        let expiries: Vec<Option<DateTime>> = docs(s, &names.checkpoints, doc! { "t": &t })
+            .await
+            .iter()
+            .map(|d| d.get_datetime("x").ok().copied())
+            .collect();
+        if t.starts_with("old") {
+            assert!(expiries.contains(&None), "{t}");
+            assert_eq!(x, None, "{t}");
+        } else {
+            let latest = expiries.iter().max().copied().flatten();
+            assert!(
+                latest.is_some() && x >= latest,
+                "{t}: head {x:?}, checkpoints {latest:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn heads_expire_no_earlier_than_their_checkpoints() {
+    if skip("heads_expire_no_earlier_than_their_checkpoints") {
+        return;
+    }
+    let c = client().await;
+    let plain = saver_with(&c, |c| c).await;
+    let names = plain.config().collection_names();
+    put_empty(&plain, "old", "").await;
+    // A TTL turned on later: the checkpoint written before it never expires, so neither
+    // does its thread's head.
+    let ttl = plain.config().clone().ttl(Some(Duration::from_secs(3600)));
+    let s = MongoSaver::from_client(c.clone(), ttl).await.unwrap();
+    s.setup().await.unwrap();
+    put_empty(&s, "old", "").await;
+    put_empty(&s, "new", "").await;
+    s.copy_thread("old", "old-copy").await.unwrap();
+    s.copy_thread("new", "new-copy").await.unwrap();
+    check_head_expiry(&s).await;
+    // The upgrade from layout 1 writes them so too.
+    let db = s.database();
+    db.collection::<Document>(&names.heads)
+        .delete_many(doc! {})
+        .await
+        .unwrap();
+    db.collection::<Document>(&names.layout)
+        .update_one(doc! { "_id": "layout" }, doc! { "$set": { "v": 1_i64 } })
+        .await
+        .unwrap();
+    s.setup().await.unwrap();
+    check_head_expiry(&s).await;
+    assert_eq!(threads(&s).await, ["new", "new-copy", "old", "old-copy"]);
+    drop_saver(&s).await;
+}
+
+#[tokio::test]
+async fn thread_pages_skip_heads_whose_checkpoints_are_gone() {
+    if skip("thread_pages_skip_heads_whose_checkpoints_are_gone") {
+        return;
+    }
+    let c = client().await;
+    for mode in [TransactionMode::Auto, TransactionMode::Disabled] {
+        let s = saver_with(&c, |c| c.transactions(mode)).await;
+        let names = s.config().collection_names();
+        // 300 heads with no checkpoint between live threads: more than a page of heads.
+        let stale: Vec<Document> = (0..300)
+            .map(|i| {
+                let t = format!("m-{i:03}");
+                doc! { "_id": format!(r#"["{t}",""]"#), "t": t, "n": "", "w": 1_i64 }
+            })
+            .collect();
+        s.database()
+            .collection::<Document>(&names.heads)
+            .insert_many(stale)
+            .await
+            .unwrap();
+        for thread in ["a", "n", "z"] {
+            put_empty(&s, thread, "").await;
+        }
+        // A thread copied, and one whose every checkpoint `delete_for_runs` removed.
+        s.copy_thread("n", "n-copy").await.unwrap();
+        let run = CheckpointConfig::new("r");
+        let metadata = CheckpointMetadata::new().with_run_id("run-1");
+        s.put(
+            &run,
+            Checkpoint::new(),
+            metadata,
+            Default::default(),
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            threads(&s).await,
+            ["a", "n", "n-copy", "r", "z"],
+            "{mode:?}"
+        );
+        s.delete_for_runs(&["run-1".to_owned()]).await.unwrap();
+        assert_eq!(count(&s, &names.heads, doc! { "t": "r" }).await, 1);
+        assert_eq!(threads(&s).await, ["a", "n", "n-copy", "z"], "{mode:?}");
+        let after_a: Vec<String> = s.list_threads_after("a").try_collect().await.unwrap();
+        assert_eq!(after_a, ["n", "n-copy", "z"], "{mode:?}");
+        let after_m: Vec<String> = s.list_threads_after("m-150").try_collect().await.unwrap();
+        assert_eq!(after_m, ["n", "n-copy", "z"], "{mode:?}");
+        drop_saver(&s).await;
+    }
 }

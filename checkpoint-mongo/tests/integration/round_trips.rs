@@ -258,7 +258,8 @@ async fn writes_of(
         ]
         .concat(),
         (_, true) => vec!["bulkWrite"],
-        (_, false) => [&["insert"], refresh, &["update"]].concat(),
+        // The head document's upsert (a no-op when it exists) before the checkpoint's.
+        (_, false) => [&["insert"], refresh, &["update", "update"]].concat(),
     };
     assert_eq!(
         put, expected,
