@@ -196,6 +196,19 @@ async fn collect_namespace(
         .into_iter()
         .filter(|r| !doomed.contains(&r.id.as_str()))
         .collect();
+    if remaining.is_empty()
+        && let Some(s) = session.as_deref_mut()
+    {
+        // The namespace holds no checkpoint now, so its head goes too, in the transaction
+        // that read the namespace whole (a put racing it conflicts on the head): thread
+        // listings then meet no leftover head. Without a transaction a put may have added
+        // a checkpoint since the read; the head stays, and listings skip it while empty.
+        inner
+            .heads
+            .delete_one(doc! { "_id": keys::doc_id(&[thread_id, ns]), "t": thread_id })
+            .session(s)
+            .await?;
+    }
     let remaining_ids: BTreeSet<&str> = remaining.iter().map(|r| r.id.as_str()).collect();
     let live = read::live_values(&remaining);
     let mut blobs: Vec<ObjectId> = Vec::new();
