@@ -525,9 +525,12 @@ async fn copy_docs(inner: &Inner, source: &str, target: &str) -> Result<(), Mong
     insert_checkpoints(inner, target, &mut batch).await
 }
 
-/// Inserts checkpoint documents of `thread`, keeping any that exist already, after the head
-/// documents of their namespaces (expiring no earlier than they do, and never when one of
-/// them never does): the heads list the threads (see `read::list_threads`).
+/// Inserts checkpoint documents of `thread`, keeping any that exist already, between two
+/// writes of the head documents of their namespaces (expiring no earlier than they do, and
+/// never when one of them never does): the heads list the threads (see
+/// `read::list_threads`). The first keeps a checkpoint from ever lacking its head if the
+/// copy stops; the second restores a head that a `delete_for_runs` finding the namespace
+/// empty in between removed.
 async fn insert_checkpoints(
     inner: &Inner,
     thread: &str,
@@ -546,10 +549,16 @@ async fn insert_checkpoints(
             })
             .or_insert(x);
     }
-    for (ns, x) in heads {
-        crate::write::ensure_head(inner, thread, ns, x).await?;
+    let heads: Vec<(String, Option<DateTime>)> =
+        heads.into_iter().map(|(n, x)| (n.to_owned(), x)).collect();
+    for (ns, x) in &heads {
+        crate::write::ensure_head(inner, thread, ns, *x).await?;
     }
-    insert_keeping_existing(&inner.checkpoints, docs).await
+    insert_keeping_existing(&inner.checkpoints, docs).await?;
+    for (ns, x) in &heads {
+        crate::write::ensure_head(inner, thread, ns, *x).await?;
+    }
+    Ok(())
 }
 
 /// Copies one pending-writes document into the target: as is when the target has none for

@@ -424,11 +424,10 @@ async fn bulk(
     }
 }
 
-/// A put's writes, in the order a reader needs them: the chunks and documents of the values
-/// in `todo`, the TTL refresh of every value the checkpoint names, the checkpoint document.
-/// The writes of a put, in order, for one client-level `bulkWrite`: chunks, values, expiry
-/// refreshes, the namespace's head document when `head` (a put in a transaction writes it
-/// first, see `put_in_transaction`), the checkpoint last.
+/// A put's writes, in the order a reader needs them, for one client-level `bulkWrite`: the
+/// namespace's head document when `head` (a put in a transaction writes it before, see
+/// `put_in_transaction`), the chunks and documents of the values in `todo`, the TTL
+/// refreshes (see [`refreshes`]), the checkpoint document last.
 fn put_models(
     inner: &Inner,
     p: &PreparedPut,
@@ -443,24 +442,9 @@ fn put_models(
                 .build(),
         )
     };
-    let mut models: Vec<WriteModel> = todo
-        .iter()
-        .filter_map(|(_, c)| c.as_ref())
-        .flat_map(|c| c.docs.iter())
-        .map(|d| insert(&inner.chunks, d))
-        .collect();
-    models.extend(todo.iter().map(|(d, _)| insert(&inner.values, d)));
-    for (coll, filter, x) in refreshes(inner, p) {
-        models.push(
-            UpdateManyModel::builder()
-                .namespace(coll.namespace())
-                .filter(filter)
-                .update(doc! { "$max": { "x": x } })
-                .build()
-                .into(),
-        );
-    }
+    let mut models: Vec<WriteModel> = Vec::new();
     if head {
+        // First: the refreshes below push older checkpoints' expiry past the head's.
         let (filter, update) = head_upsert(&p.thread_id, &p.ns, p.value_expiry, false);
         models.push(
             UpdateOneModel::builder()
@@ -468,6 +452,23 @@ fn put_models(
                 .filter(filter)
                 .update(update)
                 .upsert(true)
+                .build()
+                .into(),
+        );
+    }
+    models.extend(
+        todo.iter()
+            .filter_map(|(_, c)| c.as_ref())
+            .flat_map(|c| c.docs.iter())
+            .map(|d| insert(&inner.chunks, d)),
+    );
+    models.extend(todo.iter().map(|(d, _)| insert(&inner.values, d)));
+    for (coll, filter, x) in refreshes(inner, p) {
+        models.push(
+            UpdateManyModel::builder()
+                .namespace(coll.namespace())
+                .filter(filter)
+                .update(doc! { "$max": { "x": x } })
                 .build()
                 .into(),
         );
@@ -610,6 +611,9 @@ async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
             Err(_) => {}
         }
     }
+    // The head first, as in the `bulkWrite`: before the refreshes, which push older
+    // checkpoints' expiry past its own.
+    ensure_head(inner, &p.thread_id, &p.ns, p.value_expiry).await?;
     if !p.values.is_empty() {
         let mut todo: Vec<&(Document, Option<PendingChunks>)> = p.values.iter().collect();
         // Chunks are written only for values not stored yet.
@@ -654,7 +658,6 @@ async fn put_ordered(inner: &Inner, p: &PreparedPut) -> Result<(), MongoError> {
         coll.update_many(filter, doc! { "$max": { "x": x } })
             .await?;
     }
-    ensure_head(inner, &p.thread_id, &p.ns, p.value_expiry).await?;
     inner
         .checkpoints
         .replace_one(

@@ -258,8 +258,8 @@ async fn writes_of(
         ]
         .concat(),
         (_, true) => vec!["bulkWrite"],
-        // The head document's upsert (a no-op when it exists) before the checkpoint's.
-        (_, false) => [&["insert"], refresh, &["update", "update"]].concat(),
+        // The head document's upsert (a no-op when it exists) first, as in a transaction.
+        (_, false) => [&["update", "insert"], refresh, &["update"]].concat(),
     };
     assert_eq!(
         put, expected,
